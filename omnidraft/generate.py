@@ -1,0 +1,94 @@
+"""Generation front door: encode the prompt, run one decoding strategy, stream the text.
+
+Knows how strategies are called and how text is streamed; strategy internals live in their
+own modules (autoregressive.py, speculative.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .autoregressive import decode_ar
+from .errors import OmniDraftError
+from .metrics import Metrics
+from .runtime import CausalLM
+from .sampling import SamplingConfig
+from .text import Detokenizer, encode_prompt, stop_ids
+
+
+@dataclass
+class Result:
+    text: str
+    token_ids: list[int]  # the target's new tokens
+    metrics: dict = field(default_factory=dict)
+
+
+def check_budget(prompt_ids: list[int], max_new_tokens: int, model: CausalLM) -> int:
+    """max_new_tokens clipped to the context window; an error if the prompt alone overflows it."""
+    if max_new_tokens < 1:
+        raise OmniDraftError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    room = model.max_length - len(prompt_ids)
+    if room < 1:
+        raise OmniDraftError(
+            f"prompt is {len(prompt_ids)} tokens, longer than {model.name}'s context window "
+            f"of {model.max_length}", "shorten the prompt")
+    return min(max_new_tokens, room)
+
+
+def stream(token_chunks: Iterator[list[int]], detok: Detokenizer, sink: list[int]) -> Iterator[str]:
+    """Text pieces from chunks of new token ids; every id is also appended to ``sink``."""
+    for ids in token_chunks:
+        sink.extend(ids)
+        piece = detok.push(ids)
+        if piece:
+            yield piece
+
+
+def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128,
+                sampling: SamplingConfig = SamplingConfig(), chat: bool = False,
+                on_text: Callable[[str], None] | None = None) -> Result:
+    """Plain autoregressive generation with the target alone (strategy `ar`)."""
+    prompt_ids = encode_prompt(tok, prompt, chat=chat)
+    budget = check_budget(prompt_ids, max_new_tokens, target)
+    metrics = Metrics("ar")
+    ids: list[int] = []
+    chunks = decode_ar(target, prompt_ids, max_new_tokens=budget, sampling=sampling,
+                       stop=stop_ids(tok, target.model.generation_config), metrics=metrics)
+    for piece in stream(chunks, Detokenizer(tok, prompt_ids), ids):
+        if on_text:
+            on_text(piece)
+    text = tok.decode(ids, skip_special_tokens=True)
+    return Result(text=text, token_ids=ids, metrics=metrics.summary())
+
+
+def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str, *,
+                         cfg, max_new_tokens: int = 128,
+                         sampling: SamplingConfig = SamplingConfig(), verify_mode: str = "rejection",
+                         chat: bool = False, on_text: Callable[[str], None] | None = None) -> Result:
+    """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates)."""
+    from .reverse import DraftContext
+    from .speculative import Drafter, decode_speculative
+    from .target import LocalTarget
+
+    if cfg.strategy == "ar":
+        return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
+                           sampling=sampling, chat=chat, on_text=on_text)
+    target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
+    draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
+    budget = check_budget(target_ids, max_new_tokens, target)
+    budget = min(budget, check_budget(draft_ids, max_new_tokens, drafter))
+    translator = pair.translator(cfg.strategy)
+    restrict = translator.direct_mask if cfg.strategy == "tli" else None
+    metrics = Metrics(cfg.strategy)
+    ids: list[int] = []
+    chunks = decode_speculative(
+        Drafter(drafter, sampling, restrict), LocalTarget(target, sampling, verify_mode), translator,
+        DraftContext(pair.draft_tok, pair.vmap, draft_ids), target_ids, cfg=cfg,
+        max_new_tokens=budget, stop=stop_ids(pair.target_tok, target.model.generation_config),
+        metrics=metrics, cache=translator.cache)
+    for piece in stream(chunks, Detokenizer(pair.target_tok, target_ids), ids):
+        if on_text:
+            on_text(piece)
+    text = pair.target_tok.decode(ids, skip_special_tokens=True)
+    return Result(text=text, token_ids=ids, metrics=metrics.summary())

