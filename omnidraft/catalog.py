@@ -137,13 +137,14 @@ def _find_dist(dist_name: str, version: str, extra_path: Path) -> md.Distributio
         return None
 
 
-def _install_package(dist_name: str, version: str, dest: Path, progress: Progress) -> None:
+def _install_package(dist_name: str, version: str, dest: Path, progress: Progress,
+                     label: str = "") -> None:
     """pip install --no-deps into a private folder (never imported), atomically."""
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
            "--disable-pip-version-check", "--target", str(tmp), f"{dist_name}=={version}"]
-    progress(f"installing {dist_name}=={version} (pip --no-deps)")
+    progress(f"installing {dist_name}=={version} {label}(pip --no-deps)")
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,8 +164,7 @@ def _chunk_paths(spec: ModelSpec, progress: Progress) -> list[Path]:
         dest = pkg_root / f"{dist_name}-{version}"
         dist = _find_dist(dist_name, version, dest)
         if dist is None:
-            progress(f"package {i}/{len(spec.packages)}")
-            _install_package(dist_name, version, dest, progress)
+            _install_package(dist_name, version, dest, progress, f"[{i}/{len(spec.packages)}] ")
             dist = _find_dist(dist_name, version, dest)
         if dist is None:
             raise OmniDraftError(f"package {dist_name}=={version} installed but not found",

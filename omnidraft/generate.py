@@ -21,7 +21,8 @@ from .text import Detokenizer, encode_prompt, stop_ids
 class Result:
     text: str
     token_ids: list[int]  # the target's new tokens
-    metrics: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # Metrics.summary()
+    raw: Metrics | None = None  # the counters and per-step timings behind the summary
 
 
 def check_budget(prompt_ids: list[int], max_new_tokens: int, model: CausalLM) -> int:
@@ -59,7 +60,7 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
         if on_text:
             on_text(piece)
     text = tok.decode(ids, skip_special_tokens=True)
-    return Result(text=text, token_ids=ids, metrics=metrics.summary())
+    return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics)
 
 
 def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str, *,
@@ -91,4 +92,4 @@ def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str,
         if on_text:
             on_text(piece)
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
-    return Result(text=text, token_ids=ids, metrics=metrics.summary())
+    return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics)

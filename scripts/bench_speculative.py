@@ -1,0 +1,195 @@
+"""Benchmark: ar vs tli vs omnidraft (k in {3,4,5}) vs Hugging Face transformers' own
+heterogeneous assisted generation, greedy, on HumanEval and English chat prompts, in one run.
+
+Writes bench/results/speculative-<date>.json and .md. Every ratio is measured in this run.
+Example:
+  python scripts/bench_speculative.py --targets qwen2.5-coder-1.5b --dtype bf16 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+NEAR_TIE = 0.25  # logits; bf16 keeps ~3 significant digits, so logits ~20 round by ~0.1
+
+
+def versions() -> dict:
+    import tokenizers
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
+            "machine": platform.machine(), "cpus": torch.get_num_threads()}
+
+
+def hf_assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids, max_new_tokens, stop):
+    """transformers' heterogeneous assisted generation (UAG), greedy; returns (ids, seconds)."""
+    ids = torch.tensor([prompt_ids])
+    t0 = time.perf_counter()
+    out = target_hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, assistant_model=drafter_hf, tokenizer=ttok,
+                             assistant_tokenizer=dtok, eos_token_id=sorted(stop),
+                             pad_token_id=ttok.pad_token_id)
+    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
+
+
+def first_divergence(target, prompt_ids, ar_ids, ids):
+    """Where ``ids`` first differs from the ar output: (index, target's top-2 logit gap there).
+
+    A small gap (a near-tie) means batched verification and one-token decoding rounded the two
+    best logits differently: a numerical flip, not a translation bug.
+    """
+    n = next((i for i, (a, b) in enumerate(zip(ar_ids, ids)) if a != b), None)
+    if n is None:
+        return None
+    target.reset()
+    logits = target.extend(prompt_ids + ar_ids[:n], last_only=True).logits[-1]
+    top = torch.topk(logits, 2).values
+    return {"index": n, "top2_gap": round(float(top[0] - top[1]), 5)}
+
+
+def aggregate(runs: list[dict], ar_runs: list[dict] | None) -> dict:
+    tokens = sum(r["new_tokens"] for r in runs)
+    wall = sum(r["wall_s"] for r in runs)
+    proposed = sum(r.get("proposed", 0) for r in runs)
+    accepted = sum(r.get("accepted", 0) for r in runs)
+    steps = sum(r.get("steps", 0) for r in runs)
+    tr = [x for r in runs for x in r.get("translate_ms", [])]
+    share = [t / s for r in runs for t, s in zip(r.get("translate_ms", []), r.get("step_ms", [])) if s]
+    row = {
+        "prompts": len(runs), "new_tokens": tokens, "wall_s": round(wall, 3),
+        "tokens_per_s": round(tokens / wall, 3) if wall else None,
+        "acceptance_rate": round(accepted / proposed, 4) if proposed else None,
+        "mean_accepted_per_step": round(accepted / steps, 3) if steps and proposed else None,
+        "ngram_hits_per_step": round(sum(r.get("ngram_proposed", 0) for r in runs) / steps, 3)
+        if steps and proposed else None,
+        "translate_ms_median": round(statistics.median(tr), 4) if tr else None,
+        "translate_share_median": round(statistics.median(share), 5) if share else None,
+        "equal_to_ar": None,
+    }
+    if ar_runs is not None:
+        row["equal_to_ar"] = sum(a["token_ids"] == r["token_ids"] for a, r in zip(ar_runs, runs))
+        row["divergences"] = [r["divergence"] for r in runs if r.get("divergence")]
+        ar_tps = sum(a["new_tokens"] for a in ar_runs) / sum(a["wall_s"] for a in ar_runs)
+        row["speedup_vs_ar"] = round(row["tokens_per_s"] / ar_tps, 3)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--drafter", default="smollm2-135m")
+    ap.add_argument("--targets", nargs="+", default=["qwen2.5-coder-1.5b"])
+    ap.add_argument("--ks", nargs="+", type=int, default=[3, 4, 5])
+    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--humaneval", type=int, default=10, help="number of HumanEval prompts")
+    ap.add_argument("--chat", type=int, default=16, help="number of chat prompts")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--no-hf", action="store_true", help="skip the transformers assisted baseline")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+
+    from omnidraft.generate import generate_ar, generate_speculative
+    from omnidraft.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.pair import Pair
+    from omnidraft.prompts import CHAT_PROMPTS, humaneval
+    from omnidraft.speculative import SpecConfig
+    from omnidraft.text import encode_prompt, stop_ids
+
+    set_threads(args.threads)
+    sets = {"humaneval": (humaneval(limit=args.humaneval), False),
+            "chat": (CHAT_PROMPTS[: args.chat], True)}
+    dtok = load_tokenizer(args.drafter)
+    drafter = load_model(args.drafter, dtype=args.dtype)
+    report = {"command": " ".join([sys.executable] + sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(),
+              "versions": versions(), "drafter": args.drafter, "dtype": args.dtype,
+              "threads": args.threads, "max_new_tokens": args.max_new_tokens, "greedy": True,
+              "prompts": {k: v[0] for k, v in sets.items()}, "results": []}
+    for tname in args.targets:
+        ttok = load_tokenizer(tname)
+        target = load_model(tname, dtype=args.dtype)
+        stop = stop_ids(ttok, target.model.generation_config)
+        for set_name, (prompts, chat) in sets.items():
+            def log(msg):
+                print(f"[{tname} {set_name}] {msg}", file=sys.stderr, flush=True)
+
+            ar_runs = []
+            for p in prompts:
+                r = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
+                ar_runs.append({**r.metrics, "token_ids": r.token_ids})
+            row = aggregate(ar_runs, None)
+            row.update(strategy="ar", k=None)
+            ar_tps = row["tokens_per_s"]
+            row["speedup_vs_ar"] = 1.0
+            report["results"].append({"target": tname, "set": set_name, **row})
+            log(f"ar: {ar_tps} tok/s")
+            for strategy in ("tli", "omnidraft"):
+                for k in args.ks:
+                    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)  # fresh cache
+                    runs = []
+                    for p in prompts:
+                        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig(strategy, k=k),
+                                                 max_new_tokens=args.max_new_tokens, chat=chat)
+                        runs.append({**r.metrics, "token_ids": r.token_ids,
+                                     "translate_ms": r.raw.translate_ms, "step_ms": r.raw.step_ms})
+                    for p, a, run in zip(prompts, ar_runs, runs):
+                        run["divergence"] = first_divergence(target, encode_prompt(ttok, p, chat=chat),
+                                                             a["token_ids"], run["token_ids"])
+                    row = aggregate(runs, ar_runs)
+                    row.update(strategy=strategy, k=k, ngram_cache_entries=len(pair.cache),
+                               ngram_learned=pair.cache.learned)
+                    report["results"].append({"target": tname, "set": set_name, **row})
+                    log(f"{strategy} k={k}: {row['tokens_per_s']} tok/s, acc {row['acceptance_rate']}, "
+                        f"x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}/{len(prompts)}")
+            if not args.no_hf:
+                hf_runs = []
+                for p, a in zip(prompts, ar_runs):
+                    pids = encode_prompt(ttok, p, chat=chat)
+                    ids, secs = hf_assisted(target.model, drafter.model, ttok, dtok, pids,
+                                            args.max_new_tokens, stop)
+                    ids = ids[: next((i + 1 for i, t in enumerate(ids) if t in stop), len(ids))]
+                    hf_runs.append({"new_tokens": len(ids), "wall_s": secs, "token_ids": ids,
+                                    "divergence": first_divergence(target, pids, a["token_ids"], ids)})
+                row = aggregate(hf_runs, ar_runs)
+                row.update(strategy="hf-assisted (UAG)", k="dynamic")
+                report["results"].append({"target": tname, "set": set_name, **row})
+                log(f"hf-assisted: {row['tokens_per_s']} tok/s, x{row['speedup_vs_ar']}, "
+                    f"equal {row['equal_to_ar']}/{len(prompts)}")
+        del target
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")
+    (out / f"speculative-{stamp}.json").write_text(json.dumps(report, indent=1))
+    md = [f"# Speculative decoding benchmark ({report['date'][:16]}Z)", "",
+          f"drafter {args.drafter}, {args.dtype}, {args.threads} threads, greedy, "
+          f"{args.max_new_tokens} new tokens per prompt; `{report['command']}`", "",
+          "| target | prompts | strategy | k | tokens/s | speedup vs ar | acceptance | accepted/step "
+          "| n-gram hits/step | translate ms (median) | translate share | greedy == ar |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["results"]:
+        c = {key: ("" if r.get(key) is None else r[key]) for key in r}
+        md.append(f"| {r['target']} | {r['set']} ({r['prompts']}) | {r['strategy']} | {c['k']} | "
+                  f"{r['tokens_per_s']} | {r.get('speedup_vs_ar')} | {c['acceptance_rate']} | "
+                  f"{c['mean_accepted_per_step']} | {c['ngram_hits_per_step']} | "
+                  f"{c['translate_ms_median']} | {c['translate_share_median']} | "
+                  f"{'' if r['equal_to_ar'] is None else str(r['equal_to_ar']) + '/' + str(r['prompts'])} |")
+    gaps = [d["top2_gap"] for r in report["results"] for d in r.get("divergences") or []]
+    md += ["", f"Outputs that differ from ar: {len(gaps)}; top-2 logit gap of the target at the first "
+           f"divergence: {sorted(gaps)} (a near-tie when below {NEAR_TIE} in {args.dtype})."]
+    (out / f"speculative-{stamp}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
