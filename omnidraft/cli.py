@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round")
     gen.add_argument("--verify", choices=["rejection", "point-mass"], default="rejection",
                      help="verification when sampling (greedy is exact matching)")
+    gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
+                     help="n-gram cache eviction policy")
+    gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
     _add_sampling(gen)
     return parser
 
@@ -88,10 +91,14 @@ def _cmd_generate(args) -> int:
         dname = args.drafter or "smollm2-135m"
         dtok = load_tokenizer(dname)
         drafter = load_model(dname, dtype=args.dtype)
-        pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size)
-        result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
-                                      max_new_tokens=args.max_new_tokens, sampling=sampling,
-                                      verify_mode=args.verify, chat=args.chat, on_text=on_text)
+        pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size, persist=True,
+                    policy=args.cache_policy, max_bytes=args.cache_mib << 20)
+        try:
+            result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
+                                          max_new_tokens=args.max_new_tokens, sampling=sampling,
+                                          verify_mode=args.verify, chat=args.chat, on_text=on_text)
+        finally:
+            pair.save()  # learned n-grams and hit counts survive, even after Ctrl-C
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids,
                           "metrics": result.metrics}))

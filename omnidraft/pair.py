@@ -1,24 +1,48 @@
-"""A drafter/target pair's translation state: the vocabulary map and the n-gram cache.
+"""A drafter/target pair's translation state: the vocabulary map and the n-gram cache, the
+latter seeded from the vocabularies once and kept on disk when a store path is given.
 
 Knows tokenizers and vocab sizes; nothing about running models.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from .home import subdir
 from .ngram import NgramCache, seed
+from .ngram_store import NgramStore
 from .translate import Translator
-from .vocab import VocabMap, load_or_build
+from .vocab import VocabMap, load_or_build, pair_key
+
+DEFAULT_CACHE_BYTES = 64 << 20
 
 
 class Pair:
     def __init__(self, draft_tok, target_tok, draft_vocab: int, target_vocab: int, *,
-                 max_n: int = 4, seed_ngrams: bool = True):
+                 max_n: int = 4, seed_ngrams: bool = True, policy: str = "lfu",
+                 max_entries: int | None = None, max_bytes: int | None = DEFAULT_CACHE_BYTES,
+                 persist: bool = False, store_path: str | Path | None = None):
+        """``persist``: keep the n-gram cache in $OMNIDRAFT_HOME/pairs/<pair key>/ngrams.sqlite
+        (or ``store_path``), loading it now and writing it on ``save()``."""
         self.draft_tok = draft_tok
         self.target_tok = target_tok
+        self.key = pair_key(draft_tok, target_tok, draft_vocab, target_vocab)
         self.vmap: VocabMap = load_or_build(draft_tok, target_tok, draft_vocab, target_vocab)
-        self.cache = NgramCache(max_n=max_n)
-        if seed_ngrams:
+        self.cache = NgramCache(max_n=max_n, policy=policy, max_entries=max_entries,
+                                max_bytes=max_bytes)
+        if persist and store_path is None:
+            store_path = subdir("pairs", self.key) / "ngrams.sqlite"
+        self.store = NgramStore(store_path, self.key) if store_path is not None else None
+        on_disk_seeded = self.store.count()[0] if self.store else 0
+        if self.store:
+            self.store.load_into(self.cache)
+        if seed_ngrams and not on_disk_seeded:
             seed(self.cache, self.vmap, draft_tok, target_tok)
+            self.save()
+
+    def save(self) -> int:
+        """Flush new entries and hit counts to the store (no-op without one)."""
+        return self.store.flush(self.cache) if self.store else 0
 
     def translator(self, strategy: str) -> Translator:
         """`tli`: direct mapping only; `omnidraft`: direct mapping plus the n-gram cache."""

@@ -152,9 +152,14 @@ def _unpack(blob: np.ndarray, spans: np.ndarray) -> list[bytes | None]:
     return [None if n < 0 else raw[o:o + n] for o, n in spans.tolist()]
 
 
+def pair_key(draft_tok, target_tok, draft_vocab: int, target_vocab: int) -> str:
+    """Identifies a (drafter, target) vocabulary pair by both tokenizers' content."""
+    return f"{_fingerprint(draft_tok, draft_vocab)}-{_fingerprint(target_tok, target_vocab)}"
+
+
 def load_or_build(draft_tok, target_tok, draft_vocab: int, target_vocab: int) -> VocabMap:
     """``build`` with an on-disk cache keyed by both tokenizers' content."""
-    key = f"{_fingerprint(draft_tok, draft_vocab)}-{_fingerprint(target_tok, target_vocab)}"
+    key = pair_key(draft_tok, target_tok, draft_vocab, target_vocab)
     path = subdir("vocab") / f"{key}.npz"
     if path.is_file():
         try:
