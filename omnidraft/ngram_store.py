@@ -19,7 +19,7 @@ from .ngram import NgramCache
 
 FORMAT = "omnidraft-ngram/1"
 _KEY_BYTES = 12  # packed ints are at most 4 * 19 = 76 bits
-_RESTORE_TOUCH_CAP = 4  # hits replayed into LFU order on load, per entry (log-scaled below)
+_RESTORE_TOUCH_CAP = 3  # extra uses replayed into LFU counts on load, per entry (log2 of hits)
 
 
 def _b(v: int) -> bytes:
@@ -84,16 +84,17 @@ class NgramStore:
         return rows.get(1, 0), rows.get(0, 0)
 
     def load_into(self, cache: NgramCache) -> int:
-        """Fill ``cache`` with the most-hit entries that fit; replays hits (log-scaled, capped)
-        so LFU order survives a restart. Returns entries loaded."""
+        """Fill ``cache`` with the most-hit entries that fit, least-hit first, so that eviction
+        order follows the stored hits; LFU counts get floor(log2(hits)) replayed uses (capped).
+        Returns entries loaded."""
         limit = cache.capacity if cache.capacity is not None else -1
         rows = self.db.execute("SELECT key, value, seeded, hits FROM entries ORDER BY hits DESC "
                                "LIMIT ?", (limit,)).fetchall()
         touch = cache.policy == "lfu"
         for key, value, seeded, hits in reversed(rows):  # least used first
             cache.add_packed(_i(key), _i(value), bool(seeded))
-            if touch and hits:
-                cache.touch(_i(key), min(_RESTORE_TOUCH_CAP, hits.bit_length()))
+            if touch and hits > 1:
+                cache.touch(_i(key), min(_RESTORE_TOUCH_CAP, hits.bit_length() - 1))
         cache.drain()
         return len(rows)
 
