@@ -1,1 +1,5 @@
-"""Per-target LoRA adapters and acceptance heads (omnidraft.adapters). Filled in by the distillation issue."""
+"""Per-target adapters (omnidraft.adapters): versioned LoRA adapters and acceptance heads per pair."""
+
+from .store import AdapterStore
+
+__all__ = ["AdapterStore"]

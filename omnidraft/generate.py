@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+import torch
+
 from .autoregressive import decode_ar
 from .errors import OmniDraftError
 from .metrics import Metrics
@@ -23,6 +25,7 @@ class Result:
     token_ids: list[int]  # the target's new tokens
     metrics: dict = field(default_factory=dict)  # Metrics.summary()
     raw: Metrics | None = None  # the counters and per-step timings behind the summary
+    record: object | None = None  # records.Record for the trainer, when asked for
 
 
 def check_budget(prompt_ids: list[int], max_new_tokens: int, model: CausalLM) -> int:
@@ -66,8 +69,12 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
 def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str, *,
                          cfg, max_new_tokens: int = 128,
                          sampling: SamplingConfig = SamplingConfig(), verify_mode: str = "rejection",
-                         chat: bool = False, on_text: Callable[[str], None] | None = None) -> Result:
-    """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates)."""
+                         chat: bool = False, on_text: Callable[[str], None] | None = None,
+                         record_topk: int = 0) -> Result:
+    """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
+
+    ``record_topk`` > 0 also builds the training record (target top-k per generated token).
+    """
     from .reverse import DraftContext
     from .speculative import Drafter, decode_speculative
     from .target import LocalTarget
@@ -83,13 +90,21 @@ def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str,
     restrict = translator.direct_mask if cfg.strategy == "tli" else None
     metrics = Metrics(cfg.strategy)
     ids: list[int] = []
+    rows: list | None = [] if record_topk else None
+    ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
     chunks = decode_speculative(
-        Drafter(drafter, sampling, restrict), LocalTarget(target, sampling, verify_mode), translator,
-        DraftContext(pair.draft_tok, pair.vmap, draft_ids), target_ids, cfg=cfg,
+        Drafter(drafter, sampling, restrict), LocalTarget(target, sampling, verify_mode, record_topk),
+        translator, ctx, target_ids, cfg=cfg,
         max_new_tokens=budget, stop=stop_ids(pair.target_tok, target.model.generation_config),
-        metrics=metrics, cache=translator.cache)
+        metrics=metrics, cache=translator.cache, rows_out=rows)
     for piece in stream(chunks, Detokenizer(pair.target_tok, target_ids), ids):
         if on_text:
             on_text(piece)
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
-    return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics)
+    record = None
+    if rows:
+        from .records import build_record
+
+        record = build_record(pair.vmap, draft_ids, ctx.gen_ids, ctx.tail, ids,
+                              torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows]))
+    return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics, record=record)

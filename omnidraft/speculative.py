@@ -66,8 +66,13 @@ class Drafter:
 def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Translator,
                        ctx: DraftContext, target_prompt_ids: list[int], *, cfg: SpecConfig,
                        max_new_tokens: int, stop: set[int], metrics: Metrics,
-                       cache: NgramCache | None) -> Iterator[list[int]]:
-    """Yield each round's committed target tokens (accepted + correction/bonus)."""
+                       cache: NgramCache | None,
+                       rows_out: list | None = None) -> Iterator[list[int]]:
+    """Yield each round's committed target tokens (accepted + correction/bonus).
+
+    ``rows_out``: when given (and the target records top-k), receives the target's top-k
+    (ids [n, k], probs [n, k]) for each round's committed tokens, for training records.
+    """
     t0 = time.perf_counter()
     target.start(target_prompt_ids)
     d_logits = drafter.model.sync(ctx.ids).logits[-1]  # [Vd]
@@ -110,6 +115,8 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
                 new = new[: j + 1]
                 break
         new = new[: max_new_tokens - produced]
+        if rows_out is not None and target.last_rows is not None:
+            rows_out.append(tuple(x[: len(new)] for x in target.last_rows))
         metrics.proposed += len(prop.target_ids)
         metrics.accepted += verdict.accepted
         metrics.ngram_proposed += prop.ngram_count

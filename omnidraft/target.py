@@ -13,6 +13,7 @@ from typing import Protocol
 import torch
 
 from .errors import OmniDraftError
+from .records import topk_rows
 from .runtime import CausalLM
 from .sampling import SamplingConfig, probs
 from .verify import Verdict, verify_greedy, verify_point_mass, verify_rejection
@@ -32,7 +33,10 @@ class Target(Protocol):
 class LocalTarget:
     """In-process target. ``q``: [m, V] proposal distributions (rejection mode), else None."""
 
-    def __init__(self, model: CausalLM, sampling: SamplingConfig, mode: str = "rejection"):
+    def __init__(self, model: CausalLM, sampling: SamplingConfig, mode: str = "rejection",
+                 record_topk: int = 0):
+        """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
+        probabilities ([n+1, k] each) at the committed positions, for training records."""
         if mode not in VERIFY_MODES:
             raise OmniDraftError(f"unknown verify mode '{mode}'", f"choose one of {', '.join(VERIFY_MODES)}")
         self.model = model
@@ -41,6 +45,8 @@ class LocalTarget:
         self.gen = sampling.generator()
         self.pending: int | None = None
         self.forwards = 0
+        self.record_topk = record_topk
+        self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -77,6 +83,8 @@ class LocalTarget:
                 verdict = verify_rejection(proposal, q, p, self.gen)
             else:
                 verdict = verify_point_mass(proposal, p, self.gen)
+        if self.record_topk:
+            self.last_rows = topk_rows(logits[: verdict.accepted + 1], self.record_topk)
         self.model.rollback(len(proposal) - verdict.accepted)
         self.pending = verdict.token
         return verdict
