@@ -1,0 +1,166 @@
+"""Benchmark: online cross-vocabulary distillation (the paper's Table 1 on our models).
+
+HumanEval is split into a training stream (first --train problems) and a test set (last --test).
+The training stream is decoded once with the target verifying (greedy, so the verified tokens and
+the target's probabilities do not depend on the drafter) and each variant's trainer consumes the
+same records in the same order, Algorithm 2 style (buffer, update interval, batch size).
+Rows on the test set: untrained tli, untrained omnidraft, then omnidraft after each variant:
+L_DM and L_DM + lambda L_ngram, with LoRA and with full fine-tuning. Learning curves (test
+acceptance vs update step) are saved as PNG. Writes bench/results/online-<date>.json/.md/.png.
+Example:
+  python scripts/bench_online.py --target qwen2.5-coder-0.5b --train 120 --test 44
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--drafter", default="smollm2-135m")
+    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--train", type=int, default=120)
+    ap.add_argument("--test", type=int, default=44)
+    ap.add_argument("--curve-prompts", type=int, default=8, help="test prompts per learning-curve point")
+    ap.add_argument("--curve-every", type=int, default=5, help="update steps between curve points")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the training stream")
+    ap.add_argument("--variants", nargs="+", default=["lora:dm", "lora:dm+ngram", "full:dm", "full:dm+ngram"])
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+
+    from omnidraft.generate import generate_speculative
+    from omnidraft.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.pair import Pair
+    from omnidraft.prompts import humaneval
+    from omnidraft.runtime import CausalLM
+    from omnidraft.speculative import SpecConfig
+    from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+
+    set_threads(args.threads)
+    problems = humaneval()
+    train, test = problems[: args.train], problems[len(problems) - args.test:]
+    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
+    drafter = load_model(args.drafter, dtype="fp32")  # trained in fp32
+    target = load_model(args.target, dtype=args.target_dtype)
+    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
+    seeded = copy.deepcopy(pair.cache)
+
+    def log(msg):
+        print(f"[online] {msg}", file=sys.stderr, flush=True)
+
+    def evaluate(model, strategy, prompts):
+        pair.cache = copy.deepcopy(seeded)  # every row starts from the same seeded cache
+        if hasattr(model, "merge_and_unload"):  # decode with LoRA merged, as a deployed drafter does
+            model = copy.deepcopy(model).merge_and_unload()
+        lm = CausalLM(model, name=args.drafter)
+        tokens = wall = proposed = accepted = 0
+        for p in prompts:
+            m = generate_speculative(lm, target, pair, p, cfg=SpecConfig(strategy, k=args.k),
+                                     max_new_tokens=args.max_new_tokens).metrics
+            tokens, wall = tokens + m["new_tokens"], wall + m["wall_s"]
+            proposed, accepted = proposed + m["proposed"], accepted + m["accepted"]
+        return {"acceptance_rate": round(accepted / max(proposed, 1), 4),
+                "tokens_per_s": round(tokens / wall, 3), "prompts": len(prompts)}
+
+    report = {"command": " ".join([sys.executable] + sys.argv),
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "drafter": args.drafter,
+              "target": args.target, "target_dtype": args.target_dtype, "k": args.k,
+              "max_new_tokens": args.max_new_tokens, "train_problems": args.train,
+              "test_problems": args.test, "rows": [], "curves": {}, "train_cost": {}}
+    base_model = drafter.model
+    for strategy in ("tli", "omnidraft"):
+        row = {"row": f"untrained {strategy}", **evaluate(base_model, strategy, test)}
+        report["rows"].append(row)
+        log(json.dumps(row))
+
+    t0 = time.perf_counter()
+    records = []
+    for i, p in enumerate(train):
+        pair.cache = copy.deepcopy(seeded)
+        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
+                                 max_new_tokens=args.max_new_tokens, record_topk=64)
+        records.append(r.record)
+        if i % 20 == 19:
+            log(f"recorded {i + 1}/{len(train)} training generations")
+    report["record_seconds"] = round(time.perf_counter() - t0, 1)
+    report["record_bytes_mean"] = round(sum(len(r.to_bytes()) for r in records) / len(records))
+
+    curve_prompts = test[: args.curve_prompts]
+    for variant in args.variants:
+        method, loss = variant.split(":")
+        cfg = TrainConfig(method=method, loss=loss)
+        model = copy.deepcopy(base_model)
+        if method == "lora":
+            model = attach_lora(model, cfg)
+        trainer = OnlineTrainer(model, cfg)
+        curve = [{"step": 0, **evaluate(model, "omnidraft", curve_prompts)}]
+        step_s = []
+        for _ in range(args.epochs):
+            for rec in records:
+                for info in trainer.add(rec):
+                    step_s.append(info["seconds"])
+                    if trainer.steps % args.curve_every == 0:
+                        curve.append({"step": trainer.steps, **evaluate(model, "omnidraft", curve_prompts)})
+        row = {"row": f"omnidraft after {loss.replace('dm', 'L_DM').replace('+ngram', ' + 0.2 L_ngram')} "
+                      f"({method})", "steps": trainer.steps, **evaluate(model, "omnidraft", test)}
+        report["rows"].append(row)
+        report["curves"][variant] = curve
+        report["train_cost"][variant] = {
+            "step_seconds_median": round(sorted(step_s)[len(step_s) // 2], 2) if step_s else None,
+            "batch_size": cfg.batch_size, "max_tokens": cfg.max_tokens,
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+        log(json.dumps(row))
+        del model, trainer
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")
+    (out / f"online-{stamp}.json").write_text(json.dumps(report, indent=1))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for variant, curve in report["curves"].items():
+            ax.plot([c["step"] for c in curve], [c["acceptance_rate"] for c in curve], marker="o", label=variant)
+        ax.set_xlabel("update step")
+        ax.set_ylabel(f"acceptance rate ({args.curve_prompts} test prompts)")
+        ax.set_title(f"{args.drafter} -> {args.target}: online distillation")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"online-{stamp}.png", dpi=120)
+    except ImportError:
+        log("matplotlib not installed: no learning-curve plot")
+    md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
+          f"{args.drafter} (fp32, trained) -> {args.target} ({args.target_dtype}), greedy, k={args.k}, "
+          f"{args.max_new_tokens} new tokens; train stream: HumanEval[:{args.train}], test: "
+          f"HumanEval[-{args.test}:]; `{report['command']}`", "",
+          "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
+    for r in report["rows"]:
+        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
+    md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
+                                              f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
+                                              f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
+    (out / f"online-{stamp}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
