@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import random
 import sys
@@ -20,6 +19,8 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+
+from benchio import save, stamp_report
 
 
 def memory_and_load() -> dict:
@@ -88,11 +89,9 @@ def main(argv=None) -> int:
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
     drafter = load_model(args.drafter, dtype=args.dtype)
     target = load_model(args.target, dtype=args.dtype)
-    report = {"command": " ".join([sys.executable] + sys.argv),
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "drafter": args.drafter,
-              "target": args.target, "dtype": args.dtype, "k": args.k,
-              "max_new_tokens": args.max_new_tokens, "test_prompts": [p for p, _ in test],
-              "warmup_prompts": [p for p, _ in warm], "memory": memory_and_load(), "rows": []}
+    report = stamp_report(drafter=args.drafter, target=args.target, dtype=args.dtype, k=args.k,
+                          max_new_tokens=args.max_new_tokens, test_prompts=[p for p, _ in test],
+                          warmup_prompts=[p for p, _ in warm], memory=memory_and_load(), rows=[])
     print(json.dumps(report["memory"]), file=sys.stderr)
 
     def run(name, pair, learn, prompts=test):
@@ -137,10 +136,6 @@ def main(argv=None) -> int:
                 bounded = pair(policy=policy, max_bytes=None, max_entries=size // frac, store_path=store)
                 run(f"{policy.upper()} at 1/{frac} ({size // frac} entries)", bounded, learn=True)
                 bounded.store.close()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")
-    (out / f"ngram-cache-{stamp}.json").write_text(json.dumps(report, indent=1))
     mem = report["memory"]
     md = [f"# N-gram cache benchmark ({report['date'][:16]}Z)", "",
           f"{args.drafter} -> {args.target}, {args.dtype}, omnidraft k={args.k}, greedy, "
@@ -155,8 +150,7 @@ def main(argv=None) -> int:
            f"LFU {mem['bytes_per_entry_20k_lfu']}, LRU {mem['bytes_per_entry_20k_lru']}, "
            f"plain dict {mem['bytes_per_entry_20k_unbounded']}. Store load of 50k entries (median "
            f"of 5): LFU {mem['load_50k_ms_lfu_median']} ms, LRU {mem['load_50k_ms_lru_median']} ms."]
-    (out / f"ngram-cache-{stamp}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    save(args.out, "ngram-cache", report, md)
     return 0
 
 

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import datetime as dt
 import json
 import resource
 import sys
 import time
-from pathlib import Path
 
-import torch
+from benchio import save, stamp_report
 
 
 def main(argv=None) -> int:
@@ -76,11 +74,9 @@ def main(argv=None) -> int:
         return {"acceptance_rate": round(accepted / max(proposed, 1), 4),
                 "tokens_per_s": round(tokens / wall, 3), "prompts": len(prompts)}
 
-    report = {"command": " ".join([sys.executable] + sys.argv),
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(), "drafter": args.drafter,
-              "target": args.target, "target_dtype": args.target_dtype, "k": args.k,
-              "max_new_tokens": args.max_new_tokens, "train_problems": args.train,
-              "test_problems": args.test, "rows": [], "curves": {}, "train_cost": {}}
+    report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
+                          k=args.k, max_new_tokens=args.max_new_tokens, train_problems=args.train,
+                          test_problems=args.test, rows=[], curves={}, train_cost={})
     base_model = drafter.model
     for strategy in ("tli", "omnidraft"):
         row = {"row": f"untrained {strategy}", **evaluate(base_model, strategy, test)}
@@ -126,10 +122,17 @@ def main(argv=None) -> int:
         log(json.dumps(row))
         del model, trainer
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")
-    (out / f"online-{stamp}.json").write_text(json.dumps(report, indent=1))
+    md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
+          f"{args.drafter} (fp32, trained) -> {args.target} ({args.target_dtype}), greedy, k={args.k}, "
+          f"{args.max_new_tokens} new tokens; train stream: HumanEval[:{args.train}], test: "
+          f"HumanEval[-{args.test}:]; `{report['command']}`", "",
+          "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
+    for r in report["rows"]:
+        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
+    md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
+                                              f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
+                                              f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
+    stem = save(args.out, "online", report, md)
     try:
         import matplotlib
 
@@ -144,21 +147,9 @@ def main(argv=None) -> int:
         ax.set_title(f"{args.drafter} -> {args.target}: online distillation")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / f"online-{stamp}.png", dpi=120)
+        fig.savefig(stem.with_suffix(".png"), dpi=120)
     except ImportError:
         log("matplotlib not installed: no learning-curve plot")
-    md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
-          f"{args.drafter} (fp32, trained) -> {args.target} ({args.target_dtype}), greedy, k={args.k}, "
-          f"{args.max_new_tokens} new tokens; train stream: HumanEval[:{args.train}], test: "
-          f"HumanEval[-{args.test}:]; `{report['command']}`", "",
-          "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
-    for r in report["rows"]:
-        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
-    md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
-                                              f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
-                                              f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
-    (out / f"online-{stamp}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
     return 0
 
 

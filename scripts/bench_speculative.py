@@ -9,27 +9,15 @@ Example:
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
+from benchio import save, stamp_report
 
 
 NEAR_TIE = 0.25  # logits; bf16 keeps ~3 significant digits, so logits ~20 round by ~0.1
-
-
-def versions() -> dict:
-    import tokenizers
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
-            "machine": platform.machine(), "cpus": torch.get_num_threads()}
 
 
 def hf_assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids, max_new_tokens, stop):
@@ -111,10 +99,9 @@ def main(argv=None) -> int:
             "chat": (CHAT_PROMPTS[: args.chat], True)}
     dtok = load_tokenizer(args.drafter)
     drafter = load_model(args.drafter, dtype=args.dtype)
-    report = {"command": " ".join([sys.executable] + sys.argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(),
-              "versions": versions(), "drafter": args.drafter, "dtype": args.dtype,
-              "threads": args.threads, "max_new_tokens": args.max_new_tokens, "greedy": True,
-              "prompts": {k: v[0] for k, v in sets.items()}, "results": []}
+    report = stamp_report(drafter=args.drafter, dtype=args.dtype, threads=args.threads,
+                          max_new_tokens=args.max_new_tokens, greedy=True,
+                          prompts={k: v[0] for k, v in sets.items()}, results=[])
     for tname in args.targets:
         ttok = load_tokenizer(tname)
         target = load_model(tname, dtype=args.dtype)
@@ -166,10 +153,6 @@ def main(argv=None) -> int:
                 log(f"hf-assisted: {row['tokens_per_s']} tok/s, x{row['speedup_vs_ar']}, "
                     f"equal {row['equal_to_ar']}/{len(prompts)}")
         del target
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M")
-    (out / f"speculative-{stamp}.json").write_text(json.dumps(report, indent=1))
     md = [f"# Speculative decoding benchmark ({report['date'][:16]}Z)", "",
           f"drafter {args.drafter}, {args.dtype}, {args.threads} threads, greedy, "
           f"{args.max_new_tokens} new tokens per prompt; `{report['command']}`", "",
@@ -186,8 +169,7 @@ def main(argv=None) -> int:
     gaps = [d["top2_gap"] for r in report["results"] for d in r.get("divergences") or []]
     md += ["", f"Outputs that differ from ar: {len(gaps)}; top-2 logit gap of the target at the first "
            f"divergence: {sorted(gaps)} (a near-tie when below {NEAR_TIE} in {args.dtype})."]
-    (out / f"speculative-{stamp}.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    save(args.out, "speculative", report, md)
     return 0
 
 

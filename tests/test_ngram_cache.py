@@ -4,7 +4,6 @@ frequencies, corrupt/foreign files, concurrent writers and kill -9."""
 import multiprocessing as mp
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
