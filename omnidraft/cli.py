@@ -36,20 +36,74 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--keep-packages", action="store_true")
 
     gen = sub.add_parser("generate", help="generate text (plain or speculative)")
-    gen.add_argument("--target", required=True, help="catalog name, HF model dir or .gguf path")
+    gen.add_argument("--target", required=True, help="catalog name, HF model dir, .gguf path, or "
+                     "http://HOST:PORT of `omnidraft serve-target` (token from $OMNIDRAFT_TOKEN)")
+    gen.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target "
+                     "(default: the model name the server reports)")
+    gen.add_argument("--fallback-target", default=None, help="local model to continue on if the "
+                     "remote target is unreachable")
+    gen.add_argument("--token-file", default=None)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--drafter", default=None, help="drafter model (default smollm2-135m when "
                      "--strategy is not ar)")
     gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft (default: omnidraft "
                      "with --drafter, else ar)")
-    gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round")
+    gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round "
+                     "(the maximum with --confidence)")
+    gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
+                     "the drafter gives probability below this (e.g. 0.4)")
     gen.add_argument("--verify", choices=["rejection", "point-mass"], default="rejection",
                      help="verification when sampling (greedy is exact matching)")
     gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
                      help="n-gram cache eviction policy")
     gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
     _add_sampling(gen)
+    srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP")
+    srv.add_argument("--model", required=True)
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
+    srv.add_argument("--port", type=int, default=8600)
+    srv.add_argument("--token-file", default=None, help="file holding the bearer token "
+                     "(default: $OMNIDRAFT_TOKEN)")
+    srv.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    srv.add_argument("--threads", type=int, default=None)
+    srv.add_argument("--max-sessions", type=int, default=16)
+    srv.add_argument("--session-ttl", type=float, default=600.0, help="seconds")
     return parser
+
+
+def read_token(token_file: str | None) -> str:
+    """The bearer token: from --token-file, else $OMNIDRAFT_TOKEN. Never printed."""
+    import os
+
+    if token_file:
+        try:
+            token = open(token_file).read().strip()
+        except OSError as err:
+            raise OmniDraftError(f"cannot read token file {token_file}: {err.strerror}")
+    else:
+        token = os.environ.get("OMNIDRAFT_TOKEN", "").strip()
+    if len(token) < 16:
+        raise OmniDraftError("no bearer token of at least 16 characters",
+                             "set OMNIDRAFT_TOKEN or pass --token-file")
+    return token
+
+
+def _cmd_serve(args) -> int:
+    import uvicorn
+
+    from .loading import load_model, set_threads
+    from .server import ServerLimits, create_app
+
+    token = read_token(args.token_file)
+    set_threads(args.threads)
+    model = load_model(args.model, dtype=args.dtype)
+    app = create_app(model.model, args.model, token,
+                     ServerLimits(max_sessions=args.max_sessions, session_ttl_s=args.session_ttl))
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"[omnidraft] serving on {args.host}: reachable beyond this machine; bearer token required",
+              file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
 
 
 def _cmd_models(args) -> int:
@@ -78,11 +132,23 @@ def _cmd_generate(args) -> int:
     if not args.prompt.strip():
         raise OmniDraftError("empty prompt", "pass some text with --prompt")
     strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
-    spec = SpecConfig(strategy=strategy, k=args.draft_length)
+    spec = SpecConfig(strategy=strategy, k=args.draft_length, confidence=args.confidence)
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     set_threads(args.threads)
-    tok = load_tokenizer(args.target)
-    target = load_model(args.target, dtype=args.dtype)
+    if args.target.startswith(("http://", "https://")):
+        from .remote import FallbackTarget, RemoteTarget
+        from .target import LocalTarget
+
+        if strategy == "ar":
+            raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
+        target = RemoteTarget(args.target, read_token(args.token_file), sampling, args.verify)
+        if args.fallback_target:
+            target = FallbackTarget(target, LocalTarget(load_model(args.fallback_target, dtype=args.dtype),
+                                                        sampling, args.verify))
+        tok = load_tokenizer(args.target_tokenizer or args.fallback_target or target.info()["model"])
+    else:
+        tok = load_tokenizer(args.target)
+        target = load_model(args.target, dtype=args.dtype)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     if strategy == "ar":
         result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,
@@ -129,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_models(args)
         if args.command == "generate":
             return _cmd_generate(args)
+        if args.command == "serve-target":
+            return _cmd_serve(args)
     except OmniDraftError as err:
         print(f"omnidraft: error: {err}", file=sys.stderr)
         return 2

@@ -28,14 +28,14 @@ class Result:
     record: object | None = None  # records.Record for the trainer, when asked for
 
 
-def check_budget(prompt_ids: list[int], max_new_tokens: int, model: CausalLM) -> int:
+def check_budget(prompt_ids: list[int], max_new_tokens: int, model) -> int:
     """max_new_tokens clipped to the context window; an error if the prompt alone overflows it."""
     if max_new_tokens < 1:
         raise OmniDraftError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     room = model.max_length - len(prompt_ids)
     if room < 1:
         raise OmniDraftError(
-            f"prompt is {len(prompt_ids)} tokens, longer than {model.name}'s context window "
+            f"prompt is {len(prompt_ids)} tokens, longer than {getattr(model, 'name', 'the target')}'s context window "
             f"of {model.max_length}", "shorten the prompt")
     return min(max_new_tokens, room)
 
@@ -66,25 +66,30 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
     return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics)
 
 
-def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str, *,
+def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *,
                          cfg, max_new_tokens: int = 128,
                          sampling: SamplingConfig = SamplingConfig(), verify_mode: str = "rejection",
                          chat: bool = False, on_text: Callable[[str], None] | None = None,
                          record_topk: int = 0) -> Result:
     """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
 
-    ``record_topk`` > 0 also builds the training record (target top-k per generated token).
+    ``target``: a CausalLM (verified in-process) or any Target (e.g. remote.RemoteTarget, set up
+    with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
     """
     from .reverse import DraftContext
     from .speculative import Drafter, decode_speculative
     from .target import LocalTarget
 
+    local = isinstance(target, CausalLM)
     if cfg.strategy == "ar":
+        if not local:
+            raise OmniDraftError("strategy 'ar' runs the target in-process", "pass a local target model")
         return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
                            sampling=sampling, chat=chat, on_text=on_text)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
-    budget = check_budget(target_ids, max_new_tokens, target)
+    verifier = LocalTarget(target, sampling, verify_mode, record_topk) if local else target
+    budget = check_budget(target_ids, max_new_tokens, verifier)
     budget = min(budget, check_budget(draft_ids, max_new_tokens, drafter))
     translator = pair.translator(cfg.strategy)
     restrict = translator.direct_mask if cfg.strategy == "tli" else None
@@ -92,10 +97,11 @@ def generate_speculative(drafter: CausalLM, target: CausalLM, pair, prompt: str,
     ids: list[int] = []
     rows: list | None = [] if record_topk else None
     ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
+    gen_config = target.model.generation_config if local else None
     chunks = decode_speculative(
-        Drafter(drafter, sampling, restrict), LocalTarget(target, sampling, verify_mode, record_topk),
+        Drafter(drafter, sampling, restrict), verifier,
         translator, ctx, target_ids, cfg=cfg,
-        max_new_tokens=budget, stop=stop_ids(pair.target_tok, target.model.generation_config),
+        max_new_tokens=budget, stop=stop_ids(pair.target_tok, gen_config),
         metrics=metrics, cache=translator.cache, rows_out=rows)
     for piece in stream(chunks, Detokenizer(pair.target_tok, target_ids), ids):
         if on_text:

@@ -28,10 +28,13 @@ STRATEGIES = ("ar", "tli", "omnidraft")
 @dataclass(frozen=True)
 class SpecConfig:
     strategy: str = "omnidraft"
-    k: int = 4  # drafter tokens per round
+    k: int = 4  # drafter tokens per round (the maximum when confidence is set)
     learn_ngrams: bool = True  # add unseen n-grams from verified output (omnidraft only)
+    confidence: float | None = None  # stop a draft after a token the drafter gives p < this
 
     def __post_init__(self):
+        if self.confidence is not None and not 0.0 < self.confidence < 1.0:
+            raise OmniDraftError(f"confidence must be in (0, 1), got {self.confidence}")
         if self.strategy not in STRATEGIES:
             raise OmniDraftError(f"unknown strategy '{self.strategy}'",
                                  f"choose one of {', '.join(STRATEGIES)}")
@@ -53,14 +56,17 @@ class Drafter:
         # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
         self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
 
-    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
-        """(draft id, [Vd] distribution it was drawn from, or None when greedy)."""
+    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None, float]:
+        """(draft id, [Vd] distribution it was drawn from or None when greedy, the drafter's
+        probability of the id)."""
         if self.mask is not None:
             logits = logits + self.mask[: logits.shape[-1]]
         if self.sampling.greedy:
-            return int(logits.argmax()), None
+            d = int(logits.argmax())
+            return d, None, float(torch.softmax(logits, -1)[d])
         q = probs(logits, self.sampling)
-        return int(torch.multinomial(q, 1, generator=self.gen)), q
+        d = int(torch.multinomial(q, 1, generator=self.gen))
+        return d, q, float(q[d])
 
 
 def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Translator,
@@ -85,16 +91,19 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
         if produced:  # bring the drafter's cache in step with the committed text
             d_logits = drafter.model.sync(ctx.ids).logits[-1]
             metrics.drafter_forwards += 1
-        # 1. draft: k drafter tokens, stopping early once the draft can no longer translate
+        # 1. draft: up to k drafter tokens, stopping early once the draft can no longer
+        #    translate or (with a confidence threshold) after a token the drafter doubts
         drafts: list[int] = []
         qrows: list[torch.Tensor] = []
         for i in range(cfg.k):
-            d, q = drafter.pick(d_logits)
+            d, q, conf = drafter.pick(d_logits)
             drafts.append(d)
             if q is not None:
                 qrows.append(q)
             if not translator.viable(drafts):
                 drafts.pop()
+                break
+            if cfg.confidence is not None and conf < cfg.confidence:
                 break
             if i < cfg.k - 1:
                 d_logits = drafter.model.extend([d]).logits[-1]

@@ -84,6 +84,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chat", type=int, default=16, help="number of chat prompts")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers assisted baseline")
+    ap.add_argument("--confidence", type=float, default=0.4, help="also run rows that stop drafting "
+                    "below this drafter probability (0 to skip); HF assisted uses 0.4")
+    ap.add_argument("--confidence-k", type=int, default=10, help="maximum draft length for those rows")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
@@ -120,24 +123,27 @@ def main(argv=None) -> int:
             row["speedup_vs_ar"] = 1.0
             report["results"].append({"target": tname, "set": set_name, **row})
             log(f"ar: {ar_tps} tok/s")
-            for strategy in ("tli", "omnidraft"):
-                for k in args.ks:
-                    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)  # fresh cache
-                    runs = []
-                    for p in prompts:
-                        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig(strategy, k=k),
-                                                 max_new_tokens=args.max_new_tokens, chat=chat)
-                        runs.append({**r.metrics, "token_ids": r.token_ids,
-                                     "translate_ms": r.raw.translate_ms, "step_ms": r.raw.step_ms})
-                    for p, a, run in zip(prompts, ar_runs, runs):
-                        run["divergence"] = first_divergence(target, encode_prompt(ttok, p, chat=chat),
-                                                             a["token_ids"], run["token_ids"])
-                    row = aggregate(runs, ar_runs)
-                    row.update(strategy=strategy, k=k, ngram_cache_entries=len(pair.cache),
-                               ngram_learned=pair.cache.learned)
-                    report["results"].append({"target": tname, "set": set_name, **row})
-                    log(f"{strategy} k={k}: {row['tokens_per_s']} tok/s, acc {row['acceptance_rate']}, "
-                        f"x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}/{len(prompts)}")
+            configs = [(s, k, None) for s in ("tli", "omnidraft") for k in args.ks]
+            configs += [(s, args.confidence_k, args.confidence) for s in ("tli", "omnidraft") if args.confidence]
+            for strategy, k, conf in configs:
+                pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)  # fresh cache
+                runs = []
+                for p in prompts:
+                    r = generate_speculative(drafter, target, pair, p,
+                                             cfg=SpecConfig(strategy, k=k, confidence=conf),
+                                             max_new_tokens=args.max_new_tokens, chat=chat)
+                    runs.append({**r.metrics, "token_ids": r.token_ids,
+                                 "translate_ms": r.raw.translate_ms, "step_ms": r.raw.step_ms})
+                for p, a, run in zip(prompts, ar_runs, runs):
+                    run["divergence"] = first_divergence(target, encode_prompt(ttok, p, chat=chat),
+                                                         a["token_ids"], run["token_ids"])
+                row = aggregate(runs, ar_runs)
+                row.update(strategy=strategy if conf is None else f"{strategy} (stop below p={conf})",
+                           k=k if conf is None else f"<={k}", ngram_cache_entries=len(pair.cache),
+                           ngram_learned=pair.cache.learned)
+                report["results"].append({"target": tname, "set": set_name, **row})
+                log(f"{row['strategy']} k={row['k']}: {row['tokens_per_s']} tok/s, acc {row['acceptance_rate']}, "
+                    f"x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}/{len(prompts)}")
             if not args.no_hf:
                 hf_runs = []
                 for p, a in zip(prompts, ar_runs):

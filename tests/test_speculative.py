@@ -41,6 +41,16 @@ def test_greedy_equals_target_cross_vocab(cross, strategy, k):
         assert out.metrics["new_tokens"] == len(ref.token_ids)
 
 
+@pytest.mark.parametrize("confidence", [0.05, 0.4, 0.9])
+def test_greedy_equals_target_with_confidence_stop(cross, confidence):
+    d, t, pair = cross
+    for prompt in PROMPTS[:3]:
+        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=20)
+        out = generate_speculative(d, t, pair, prompt, max_new_tokens=20,
+                                   cfg=SpecConfig("omnidraft", k=10, confidence=confidence))
+        assert out.token_ids == ref.token_ids
+
+
 def test_greedy_identity_pair_accepts_everything(qwen_tok):
     """Same tokenizer and same weights: drafts agree except where the drafter's canonical
     re-tokenisation of the text differs from the target's own (random models emit odd splits)."""
