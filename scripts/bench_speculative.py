@@ -1,5 +1,6 @@
 """Benchmark: ar vs tli vs omnidraft (k in {3,4,5}) vs Hugging Face transformers' own
-heterogeneous assisted generation, greedy, on HumanEval and English chat prompts, in one run.
+heterogeneous assisted generation, greedy, on HumanEval and English chat prompts, in one run,
+interleaved per prompt (every configuration runs on a prompt before the next prompt starts).
 
 Writes bench/results/speculative-<date>.json and .md. Every ratio is measured in this run.
 Example:
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafter", default="smollm2-135m")
     ap.add_argument("--targets", nargs="+", default=["qwen2.5-coder-1.5b"])
-    ap.add_argument("--ks", nargs="+", type=int, default=[3, 4, 5])
+    ap.add_argument("--ks", nargs="*", type=int, default=[3, 4, 5])
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--humaneval", type=int, default=10, help="number of HumanEval prompts")
@@ -110,54 +111,55 @@ def main(argv=None) -> int:
         target = load_model(tname, dtype=args.dtype)
         stop = stop_ids(ttok, target.model.generation_config)
         for set_name, (prompts, chat) in sets.items():
-            def log(msg):
-                print(f"[{tname} {set_name}] {msg}", file=sys.stderr, flush=True)
-
-            ar_runs = []
-            for p in prompts:
-                r = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
-                ar_runs.append({**r.metrics, "token_ids": r.token_ids})
-            row = aggregate(ar_runs, None)
-            row.update(strategy="ar", k=None)
-            ar_tps = row["tokens_per_s"]
-            row["speedup_vs_ar"] = 1.0
-            report["results"].append({"target": tname, "set": set_name, **row})
-            log(f"ar: {ar_tps} tok/s")
-            configs = [(s, k, None) for s in ("tli", "omnidraft") for k in args.ks]
+            # Interleaved: each prompt runs every configuration back to back, so load drift on a
+            # shared machine hits all rows alike. Each speculative row keeps its own n-gram cache.
+            configs = [("ar", None, None)]
+            configs += [(s, k, None) for s in ("tli", "omnidraft") for k in args.ks]
             configs += [(s, args.confidence_k, args.confidence) for s in ("tli", "omnidraft") if args.confidence]
-            for strategy, k, conf in configs:
-                pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)  # fresh cache
-                runs = []
-                for p in prompts:
-                    r = generate_speculative(drafter, target, pair, p,
-                                             cfg=SpecConfig(strategy, k=k, confidence=conf),
-                                             max_new_tokens=args.max_new_tokens, chat=chat)
-                    runs.append({**r.metrics, "token_ids": r.token_ids,
-                                 "translate_ms": r.raw.translate_ms, "step_ms": r.raw.step_ms})
-                for p, a, run in zip(prompts, ar_runs, runs):
-                    run["divergence"] = first_divergence(target, encode_prompt(ttok, p, chat=chat),
-                                                         a["token_ids"], run["token_ids"])
-                row = aggregate(runs, ar_runs)
-                row.update(strategy=strategy if conf is None else f"{strategy} (stop below p={conf})",
-                           k=k if conf is None else f"<={k}", ngram_cache_entries=len(pair.cache),
-                           ngram_learned=pair.cache.learned)
-                report["results"].append({"target": tname, "set": set_name, **row})
-                log(f"{row['strategy']} k={row['k']}: {row['tokens_per_s']} tok/s, acc {row['acceptance_rate']}, "
-                    f"x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}/{len(prompts)}")
             if not args.no_hf:
-                hf_runs = []
-                for p, a in zip(prompts, ar_runs):
-                    pids = encode_prompt(ttok, p, chat=chat)
-                    ids, secs = hf_assisted(target.model, drafter.model, ttok, dtok, pids,
-                                            args.max_new_tokens, stop)
-                    ids = ids[: next((i + 1 for i, t in enumerate(ids) if t in stop), len(ids))]
-                    hf_runs.append({"new_tokens": len(ids), "wall_s": secs, "token_ids": ids,
-                                    "divergence": first_divergence(target, pids, a["token_ids"], ids)})
-                row = aggregate(hf_runs, ar_runs)
-                row.update(strategy="hf-assisted (UAG)", k="dynamic")
+                configs.append(("hf", None, None))
+            pairs = {c: Pair(dtok, ttok, drafter.vocab_size, target.vocab_size) for c in configs
+                     if c[0] in ("tli", "omnidraft")}
+            runs: dict[tuple, list[dict]] = {c: [] for c in configs}
+            for n, p in enumerate(prompts):
+                pids = encode_prompt(ttok, p, chat=chat)
+                for c in configs:
+                    strategy, k, conf = c
+                    if strategy == "ar":
+                        r = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
+                        run = {**r.metrics, "token_ids": r.token_ids}
+                    elif strategy == "hf":
+                        ids, secs = hf_assisted(target.model, drafter.model, ttok, dtok, pids,
+                                                args.max_new_tokens, stop)
+                        ids = ids[: next((i + 1 for i, t in enumerate(ids) if t in stop), len(ids))]
+                        run = {"new_tokens": len(ids), "wall_s": secs, "token_ids": ids}
+                    else:
+                        r = generate_speculative(drafter, target, pairs[c], p,
+                                                 cfg=SpecConfig(strategy, k=k, confidence=conf),
+                                                 max_new_tokens=args.max_new_tokens, chat=chat)
+                        run = {**r.metrics, "token_ids": r.token_ids,
+                               "translate_ms": r.raw.translate_ms, "step_ms": r.raw.step_ms}
+                    runs[c].append(run)
+                ref = runs[configs[0]][-1]["token_ids"]
+                for c in configs[1:]:
+                    runs[c][-1]["divergence"] = first_divergence(target, pids, ref, runs[c][-1]["token_ids"])
+                print(f"[{tname} {set_name}] prompt {n + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
+            ar_runs = runs[configs[0]]
+            for c in configs:
+                strategy, k, conf = c
+                row = aggregate(runs[c], None if strategy == "ar" else ar_runs)
+                if strategy == "ar":
+                    row.update(strategy="ar", k=None, speedup_vs_ar=1.0)
+                elif strategy == "hf":
+                    row.update(strategy="hf-assisted (UAG)", k="dynamic")
+                else:
+                    row.update(strategy=strategy if conf is None else f"{strategy} (stop below p={conf})",
+                               k=k if conf is None else f"<={k}", ngram_cache_entries=len(pairs[c].cache),
+                               ngram_learned=pairs[c].cache.learned)
                 report["results"].append({"target": tname, "set": set_name, **row})
-                log(f"hf-assisted: {row['tokens_per_s']} tok/s, x{row['speedup_vs_ar']}, "
-                    f"equal {row['equal_to_ar']}/{len(prompts)}")
+                print(f"[{tname} {set_name}] {row['strategy']} k={row['k']}: {row['tokens_per_s']} tok/s, "
+                      f"acc {row['acceptance_rate']}, x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}",
+                      file=sys.stderr, flush=True)
         del target
     md = [f"# Speculative decoding benchmark ({report['date'][:16]}Z)", "",
           f"drafter {args.drafter}, {args.dtype}, {args.threads} threads, greedy, "
