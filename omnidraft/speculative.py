@@ -56,14 +56,14 @@ class Drafter:
         # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
         self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
 
-    def pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None, float]:
+    def pick(self, logits: torch.Tensor, want_conf: bool = False) -> tuple[int, torch.Tensor | None, float]:
         """(draft id, [Vd] distribution it was drawn from or None when greedy, the drafter's
-        probability of the id)."""
+        probability of the id; computed for greedy picks only when ``want_conf``, else 1.0)."""
         if self.mask is not None:
             logits = logits + self.mask[: logits.shape[-1]]
         if self.sampling.greedy:
             d = int(logits.argmax())
-            return d, None, float(torch.softmax(logits, -1)[d])
+            return d, None, float(torch.softmax(logits, -1)[d]) if want_conf else 1.0
         q = probs(logits, self.sampling)
         d = int(torch.multinomial(q, 1, generator=self.gen))
         return d, q, float(q[d])
@@ -96,7 +96,7 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
         drafts: list[int] = []
         qrows: list[torch.Tensor] = []
         for i in range(cfg.k):
-            d, q, conf = drafter.pick(d_logits)
+            d, q, conf = drafter.pick(d_logits, want_conf=cfg.confidence is not None)
             drafts.append(d)
             if q is not None:
                 qrows.append(q)
