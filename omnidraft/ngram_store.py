@@ -19,7 +19,6 @@ from .ngram import NgramCache
 
 FORMAT = "omnidraft-ngram/1"
 _KEY_BYTES = 12  # packed ints are at most 4 * 19 = 76 bits
-_RESTORE_TOUCH_CAP = 3  # extra uses replayed into LFU counts on load, per entry (log2 of hits)
 
 
 def _b(v: int) -> bytes:
@@ -85,18 +84,17 @@ class NgramStore:
 
     def load_into(self, cache: NgramCache) -> int:
         """Fill ``cache`` with the most-hit entries that fit, least-hit first, so that eviction
-        order follows the stored hits; LFU counts get floor(log2(hits)) replayed uses (capped).
+        order follows the stored hits; LFU scores are the stored hit counts, LRU ones their rank.
         Returns entries loaded."""
         limit = cache.capacity if cache.capacity is not None else -1
         rows = self.db.execute("SELECT key, value, seeded, hits FROM entries ORDER BY hits DESC "
                                "LIMIT ?", (limit,)).fetchall()
-        touch = cache.policy == "lfu"
-        for key, value, seeded, hits in reversed(rows):  # least used first
-            cache.add_packed(_i(key), _i(value), bool(seeded))
-            if touch and hits > 1:
-                cache.touch(_i(key), min(_RESTORE_TOUCH_CAP, hits.bit_length() - 1))
+        lfu = cache.policy == "lfu"
+        n = cache.restore([(_i(key), _i(value), bool(seeded),
+                            min(hits, 2**32 - 1) if lfu else rank)
+                           for rank, (key, value, seeded, hits) in enumerate(reversed(rows))])
         cache.drain()
-        return len(rows)
+        return n
 
     def flush(self, cache: NgramCache) -> int:
         """Write entries added and hits counted since the last flush, in one transaction."""
