@@ -70,11 +70,12 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *,
                          cfg, max_new_tokens: int = 128,
                          sampling: SamplingConfig = SamplingConfig(), verify_mode: str = "rejection",
                          chat: bool = False, on_text: Callable[[str], None] | None = None,
-                         record_topk: int = 0) -> Result:
+                         record_topk: int = 0, head=None) -> Result:
     """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
 
     ``target``: a CausalLM (verified in-process) or any Target (e.g. remote.RemoteTarget, set up
     with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
+    ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
     """
     from .reverse import DraftContext
     from .speculative import Drafter, decode_speculative
@@ -99,7 +100,7 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *,
     ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
     gen_config = target.model.generation_config if local else None
     chunks = decode_speculative(
-        Drafter(drafter, sampling, restrict), verifier,
+        Drafter(drafter, sampling, restrict, head), verifier,
         translator, ctx, target_ids, cfg=cfg,
         max_new_tokens=budget, stop=stop_ids(pair.target_tok, gen_config),
         metrics=metrics, cache=translator.cache, rows_out=rows)

@@ -13,6 +13,7 @@ from typing import Iterator
 
 import torch
 
+from .acceptance import AcceptanceHead, StopRule
 from .errors import OmniDraftError
 from .metrics import Metrics
 from .ngram import NgramCache
@@ -31,10 +32,18 @@ class SpecConfig:
     k: int = 4  # drafter tokens per round (the maximum when confidence is set)
     learn_ngrams: bool = True  # add unseen n-grams from verified output (omnidraft only)
     confidence: float | None = None  # stop a draft after a token the drafter gives p < this
+    gamma: float | None = None  # adaptive drafting: stop once the acceptance head's 1 - prod P > gamma
+    min_k: int = 1  # fewest drafter tokens per round under adaptive drafting
 
     def __post_init__(self):
         if self.confidence is not None and not 0.0 < self.confidence < 1.0:
             raise OmniDraftError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.gamma is not None and not 0.0 < self.gamma < 1.0:
+            raise OmniDraftError(f"gamma must be in (0, 1), got {self.gamma}")
+        if self.gamma is not None and self.confidence is not None:
+            raise OmniDraftError("choose one stopping rule: confidence or gamma (acceptance head)")
+        if not 1 <= self.min_k <= self.k:
+            raise OmniDraftError(f"min_k must be in 1..k ({self.k}), got {self.min_k}")
         if self.strategy not in STRATEGIES:
             raise OmniDraftError(f"unknown strategy '{self.strategy}'",
                                  f"choose one of {', '.join(STRATEGIES)}")
@@ -49,12 +58,30 @@ class Drafter:
     draft maps directly; ``omnidraft`` drafts from the full drafter vocabulary.
     """
 
-    def __init__(self, model: CausalLM, sampling: SamplingConfig, restrict: torch.Tensor | None):
+    def __init__(self, model: CausalLM, sampling: SamplingConfig, restrict: torch.Tensor | None,
+                 head: AcceptanceHead | None = None):
         self.model = model
         self.sampling = sampling
         self.gen = sampling.generator()
         # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
         self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
+        self.head = head
+        self.embeddings = model.model.get_input_embeddings().weight if head is not None else None  # [Vd, H]
+
+    def stop_rule(self, cfg: "SpecConfig") -> "StopRule | _Confidence | None":
+        """A fresh per-round stopping rule for ``cfg`` (None: always draft k tokens)."""
+        if cfg.gamma is not None:
+            if self.head is None:
+                raise OmniDraftError("adaptive drafting (gamma) needs an acceptance head",
+                                     "pair the drafter and train one, or drop gamma")
+            return StopRule(cfg.gamma, cfg.min_k, cfg.k)
+        if cfg.confidence is not None:
+            return _Confidence(cfg.confidence)
+        return None
+
+    def accept_prob(self, hidden: torch.Tensor, d: int) -> float:
+        """The head's P(accept) for draft token d produced from ``hidden`` [H]."""
+        return self.head.accept_prob(hidden, self.embeddings[d])
 
     def pick(self, logits: torch.Tensor, want_conf: bool = False) -> tuple[int, torch.Tensor | None, float]:
         """(draft id, [Vd] distribution it was drawn from or None when greedy, the drafter's
@@ -69,6 +96,16 @@ class Drafter:
         return d, q, float(q[d])
 
 
+class _Confidence:
+    """Stop a draft after a token the drafter itself gives probability < threshold."""
+
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+
+    def update(self, p: float) -> bool:
+        return p < self.threshold
+
+
 def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Translator,
                        ctx: DraftContext, target_prompt_ids: list[int], *, cfg: SpecConfig,
                        max_new_tokens: int, stop: set[int], metrics: Metrics,
@@ -81,7 +118,11 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
     """
     t0 = time.perf_counter()
     target.start(target_prompt_ids)
-    d_logits = drafter.model.sync(ctx.ids).logits[-1]  # [Vd]
+    rule = drafter.stop_rule(cfg)
+    use_head = isinstance(rule, StopRule)
+    out = drafter.model.sync(ctx.ids, hidden=use_head)
+    d_logits = out.logits[-1]  # [Vd]
+    d_hidden = out.hidden[-1] if use_head else None  # [H]
     metrics.drafter_forwards += 1
     metrics.prefill_s = time.perf_counter() - t0
     produced = 0
@@ -89,24 +130,29 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
     while produced < max_new_tokens:
         step_t0 = time.perf_counter()
         if produced:  # bring the drafter's cache in step with the committed text
-            d_logits = drafter.model.sync(ctx.ids).logits[-1]
+            out = drafter.model.sync(ctx.ids, hidden=use_head)
+            d_logits, d_hidden = out.logits[-1], (out.hidden[-1] if use_head else None)
             metrics.drafter_forwards += 1
         # 1. draft: up to k drafter tokens, stopping early once the draft can no longer
-        #    translate or (with a confidence threshold) after a token the drafter doubts
+        #    translate, or when the stopping rule says so (drafter confidence, or the
+        #    acceptance head's predicted chance that some token so far is rejected)
         drafts: list[int] = []
         qrows: list[torch.Tensor] = []
+        if use_head:
+            rule.reset()
         for i in range(cfg.k):
-            d, q, conf = drafter.pick(d_logits, want_conf=cfg.confidence is not None)
+            d, q, conf = drafter.pick(d_logits, want_conf=isinstance(rule, _Confidence))
             drafts.append(d)
             if q is not None:
                 qrows.append(q)
             if not translator.viable(drafts):
                 drafts.pop()
                 break
-            if cfg.confidence is not None and conf < cfg.confidence:
+            if rule is not None and rule.update(drafter.accept_prob(d_hidden, d) if use_head else conf):
                 break
             if i < cfg.k - 1:
-                d_logits = drafter.model.extend([d]).logits[-1]
+                out = drafter.model.extend([d], hidden=use_head)
+                d_logits, d_hidden = out.logits[-1], (out.hidden[-1] if use_head else None)
                 metrics.drafter_forwards += 1
         # 2. translate: drafter ids -> target ids (+ q' for rejection sampling)
         tr_t0 = time.perf_counter()

@@ -1,0 +1,152 @@
+"""Adaptive drafting: the stopping rule, labels, weighted BCE, head training (offline, joint,
+interleaved), head persistence, and lossless greedy output with a head deciding draft lengths."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from omnidraft.acceptance import AcceptanceHead, HeadConfig, StopRule, acceptance_labels, weighted_bce
+from omnidraft.adapters import AdapterStore
+from omnidraft.errors import OmniDraftError
+from omnidraft.generate import generate_ar, generate_speculative
+from omnidraft.head_trainer import AdaptiveTrainer, HeadTrainer, head_batch
+from omnidraft.pair import Pair
+from omnidraft.records import Record
+from omnidraft.runtime import CausalLM
+from omnidraft.speculative import SpecConfig
+from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+
+from .conftest import tiny, vocab_len
+
+PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n",
+           "import os\n", "Dear team,"]
+
+
+@pytest.fixture(scope="module")
+def setup(smollm_tok, qwen_tok):
+    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=11))
+    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=12))
+    pair = Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    records = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=40,
+                                    record_topk=64).record for p in PROMPTS]
+    return d, t, pair, records
+
+
+def test_stop_rule_on_literal_probabilities():
+    r = StopRule(gamma=0.5, min_k=1, max_k=8)
+    assert [r.update(p) for p in (0.9, 0.8, 0.6)] == [False, False, True]  # 1-.9, 1-.72, 1-.432
+    r.reset()
+    assert r.update(0.4)  # 1 - 0.4 = 0.6 > 0.5 right away
+    r = StopRule(gamma=0.5, min_k=2, max_k=3)
+    assert [r.update(p) for p in (0.1, 0.99)] == [False, True]  # min_k holds the first back
+    r = StopRule(gamma=0.9, min_k=1, max_k=3)
+    assert [r.update(1.0) for _ in range(3)] == [False, False, True]  # max_k always stops
+    r = StopRule(gamma=0.3, min_k=1, max_k=8)
+    assert [r.update(p) for p in (0.8, 0.8)] == [False, True]  # 0.2 <= 0.3, then 0.36 > 0.3
+
+
+def test_weighted_bce_by_hand():
+    z = torch.zeros(2)
+    assert math.isclose(float(weighted_bce(z, torch.tensor([1.0, 1.0]), 6.0)), math.log(2), rel_tol=1e-6)
+    assert math.isclose(float(weighted_bce(z, torch.tensor([0.0, 0.0]), 6.0)), 6 * math.log(2), rel_tol=1e-6)
+    # soft label 0.5 at logit 0: 0.5 log2 + 6 * 0.5 log2
+    assert math.isclose(float(weighted_bce(z[:1], torch.tensor([0.5]), 6.0)), 3.5 * math.log(2), rel_tol=1e-6)
+
+
+def test_labels_by_hand():
+    # positions: 0 prompt | 1 direct (row 0) | 2,3 n-gram segment | 4 direct (row 1)
+    rec = Record(
+        draft_ids=torch.tensor([5, 7, 8, 9, 7], dtype=torch.int32), gen_start=1,
+        kl_row=torch.tensor([-1, 0, -1, -1, 1], dtype=torch.int32),
+        row_ids=torch.tensor([[7, 3], [4, 7]], dtype=torch.int32),
+        row_probs=torch.tensor([[0.6, 0.2], [0.5, 0.1]], dtype=torch.float16),
+        row_other=torch.tensor([0.2, 0.4], dtype=torch.float16),
+        ngram_p=torch.tensor([0, 0, 0.3, 0.3, 0], dtype=torch.float16),
+        ngram_first=torch.tensor([False, False, True, False, False]),
+        ngram_len=torch.tensor([0, 0, 2, 0, 0], dtype=torch.int32),
+        ngram_row=torch.tensor([-1, -1, 0, -1, -1], dtype=torch.int32),
+        ngram_first_direct=torch.tensor([-1, -1, -1, -1, -1], dtype=torch.int32))
+    q = torch.tensor([1.0, 0.3, 0.5, 0.4, 0.2])
+    ok = torch.tensor([False, True, True, False, False])
+    pos, lab = acceptance_labels(rec, q.log(), ok, "ratio")
+    assert pos.tolist() == [1, 2, 3, 4]
+    # min(1, .6/.3) = 1; interior 1; min(1, .3/(.5*.4)) = 1; min(1, p(7)=.1/.2) = .5
+    assert torch.allclose(lab, torch.tensor([1.0, 1.0, 1.0, 0.5]), atol=2e-3)
+    rec.ngram_p[2:4] = 0.1
+    _, lab = acceptance_labels(rec, q.log(), ok, "ratio")
+    assert abs(float(lab[2]) - 0.1 / 0.2) < 2e-3
+    _, lab = acceptance_labels(rec, q.log(), ok, "greedy")
+    assert lab.tolist() == [1.0, 1.0, 0.0, 0.0]  # the segment needs every sub-token right
+
+
+def test_head_training_lowers_bce_on_a_fixed_batch(setup):
+    d, _, _, records = setup
+    torch.manual_seed(0)
+    head = AcceptanceHead(d.config.hidden_size, width=32)
+    trainer = HeadTrainer(head, d.model, HeadConfig(lr=3e-3, labels="greedy"))
+    h, e, y = head_batch(d.model, records, "greedy")
+    assert len(y) > 50 and h.shape == e.shape == (len(y), d.config.hidden_size)
+    with torch.no_grad():
+        before = float(trainer.loss(records))
+    for _ in range(5):
+        trainer.step(records)
+    with torch.no_grad():
+        after = float(trainer.loss(records))
+    assert after < before, (before, after)
+
+
+@pytest.mark.parametrize("mode", ["joint", "interleaved", "adapt"])
+def test_adaptive_trainer_schedules(setup, mode):
+    d, _, _, records = setup
+    head = HeadTrainer(AcceptanceHead(d.config.hidden_size, width=32), d.model,
+                       HeadConfig(replay_size=4, head_steps=3, batch_size=2))
+    distill = None
+    if mode != "adapt":
+        cfg = TrainConfig(update_interval=3, batch_size=3)
+        distill = OnlineTrainer(attach_lora(copy.deepcopy(d.model), cfg), cfg)
+        head.model = distill.model  # the head reads the drafter being distilled
+    trainer = AdaptiveTrainer(distill, head, mode, update_interval=3)
+    infos = [i for r in records for i in trainer.add(r)]
+    assert len(trainer.replay) == 4  # bounded replay buffer R
+    distill_steps = sum("loss" in i for i in infos)
+    head_steps = sum("bce" in i for i in infos)
+    assert distill_steps == (0 if mode == "adapt" else 2)
+    assert head_steps == {"joint": 2, "interleaved": 6, "adapt": 6}[mode]
+    with pytest.raises(OmniDraftError):
+        AdaptiveTrainer(None, head, "joint")
+
+
+def test_head_round_trips_through_the_adapter_store(setup, tmp_path):
+    d, _, _, _ = setup
+    torch.manual_seed(1)
+    head = AcceptanceHead(d.config.hidden_size, width=32)
+    torch.nn.init.normal_(head.fc2.weight)
+    model = attach_lora(copy.deepcopy(d.model), TrainConfig())
+    store = AdapterStore(tmp_path)
+    v = store.publish("pair-x", model, extra={"head": head.state_dict()})
+    from safetensors.torch import load_file
+
+    back = AcceptanceHead.from_state(load_file(str(store.path("pair-x", v) / "head.safetensors")))
+    x, e = torch.randn(3, d.config.hidden_size), torch.randn(3, d.config.hidden_size)
+    assert torch.equal(head(x, e), back(x, e))
+
+
+def test_adaptive_drafting_keeps_greedy_output(setup):
+    d, t, pair, _ = setup
+    torch.manual_seed(3)
+    head = AcceptanceHead(d.config.hidden_size, width=32).eval()
+    torch.nn.init.normal_(head.out.weight, std=2.0)  # P(accept) spread over (0, 1)
+    for prompt in PROMPTS[:4]:
+        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=40).token_ids
+        for gamma in (0.3, 0.7):
+            res = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8, gamma=gamma),
+                                       max_new_tokens=40, head=head)
+            assert res.token_ids == ref
+    fixed = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8), max_new_tokens=40).raw
+    assert res.raw.proposed / res.raw.steps < fixed.proposed / fixed.steps  # the head cut drafts short
+    with pytest.raises(OmniDraftError, match="acceptance head"):
+        generate_speculative(d, t, pair, "x", cfg=SpecConfig("omnidraft", k=8, gamma=0.5), max_new_tokens=4)
+    with pytest.raises(OmniDraftError, match="HeadConfig.gamma"):
+        HeadConfig(gamma=1.5)
