@@ -10,6 +10,7 @@ about tokenizers or the decode loop.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -56,9 +57,12 @@ class HeadConfig:
 class AcceptanceHead(nn.Module):
     """f_phi: [N, H] hidden + [N, H] token embedding -> [N] logits of P(accept)."""
 
-    def __init__(self, hidden_size: int, width: int = 256):
+    def __init__(self, hidden_size: int, width: int = 256, mismatch_weight: float = 1.0):
         super().__init__()
         self.hidden_size = hidden_size
+        # Weighted BCE with weight w on the reject class moves the optimum's odds by 1/w;
+        # accept_prob adds log w back so the stopping rule multiplies calibrated probabilities.
+        self.register_buffer("logit_shift", torch.tensor(math.log(mismatch_weight)))
         self.inp = nn.Linear(2 * hidden_size, width)
         self.norm = nn.LayerNorm(width)
         self.fc1 = nn.Linear(width, width)
@@ -74,8 +78,9 @@ class AcceptanceHead(nn.Module):
 
     @torch.inference_mode()
     def accept_prob(self, hidden: torch.Tensor, emb: torch.Tensor) -> float:
-        """P(accept) for one draft token. hidden, emb: [H]."""
-        return float(torch.sigmoid(self(hidden.float().unsqueeze(0), emb.float().unsqueeze(0)))[0])
+        """Calibrated P(accept) for one draft token. hidden, emb: [H]."""
+        logit = self(hidden.float().unsqueeze(0), emb.float().unsqueeze(0))[0]
+        return float(torch.sigmoid(logit + self.logit_shift))
 
     def config(self) -> dict:
         return {"hidden_size": self.hidden_size, "width": self.inp.out_features}
@@ -83,7 +88,7 @@ class AcceptanceHead(nn.Module):
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor]) -> "AcceptanceHead":
         head = cls(state["inp.weight"].shape[1] // 2, state["inp.weight"].shape[0])
-        head.load_state_dict(state)
+        head.load_state_dict(state)  # logit_shift included
         return head.eval()
 
 

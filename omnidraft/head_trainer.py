@@ -10,6 +10,7 @@ about decoding.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import deque
@@ -75,6 +76,7 @@ class HeadTrainer:
 
     def __init__(self, head: AcceptanceHead, model, cfg: HeadConfig):
         self.head, self.model, self.cfg = head, model, cfg
+        head.logit_shift.fill_(math.log(cfg.mismatch_weight))  # calibrated P at inference
         self.opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=0.01)
         self.steps = 0
         self.history: list[dict] = []

@@ -44,6 +44,14 @@ class PackedTable:
         self.prefixes = np.zeros(0, np.uint64)  # (p,) sorted
         self._pending: set[int] = set()
 
+    def __getstate__(self) -> dict:  # memoryviews do not pickle (deepcopy, multiprocessing)
+        return {k: v for k, v in self.__dict__.items() if not k.endswith("_v")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._khi_v, self._klo_v = memoryview(self.khi), memoryview(self.klo)
+        self._slots_v = memoryview(self.slots)
+
     def _columns(self, cap: int) -> None:
         for name, dt in _COLS.items():
             col = np.zeros(cap, dt)

@@ -131,6 +131,23 @@ def test_head_round_trips_through_the_adapter_store(setup, tmp_path):
     back = AcceptanceHead.from_state(load_file(str(store.path("pair-x", v) / "head.safetensors")))
     x, e = torch.randn(3, d.config.hidden_size), torch.randn(3, d.config.hidden_size)
     assert torch.equal(head(x, e), back(x, e))
+    assert back.accept_prob(x[0], e[0]) == head.accept_prob(x[0], e[0])
+
+
+def test_weighted_head_reports_calibrated_probabilities():
+    """Trained with reject weight w, the optimum's odds are y / (w (1 - y)); accept_prob undoes it."""
+    torch.manual_seed(0)
+    head = AcceptanceHead(4, width=8)
+    trainer = HeadTrainer(head, None, HeadConfig(mismatch_weight=6.0, lr=0.05))
+    x = torch.randn(256, 4)
+    y = torch.full((256,), 0.8)
+    for _ in range(300):
+        trainer.opt.zero_grad()
+        weighted_bce(head(x, x), y, 6.0).backward()
+        trainer.opt.step()
+    raw = float(torch.sigmoid(head(x[:1], x[:1]))[0])
+    assert abs(raw - 0.8 / (0.8 + 6 * 0.2)) < 0.02  # what the weighted loss optimises to
+    assert abs(head.accept_prob(x[0], x[0]) - 0.8) < 0.02
 
 
 def test_adaptive_drafting_keeps_greedy_output(setup):

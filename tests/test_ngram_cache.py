@@ -1,6 +1,7 @@
 """The bounded, persistent n-gram cache: eviction order, byte bound, persistence of entries and
 frequencies, corrupt/foreign files, concurrent writers and kill -9."""
 
+import copy
 import multiprocessing as mp
 import os
 import signal
@@ -114,6 +115,9 @@ def test_cold_tier_lookup_matches_a_dict():
     assert len(stored) == len(c) <= 4000 and c.evictions == 5000 - len(c)
     for k, v in entries:
         assert c.get(k) == stored.get(k)
+    twin = copy.deepcopy(c)  # copies (and pickles) cleanly, independent of the original
+    twin.add((1, 2, 3), (4,))
+    assert (1, 2, 3) in twin and (1, 2, 3) not in c and dict(twin.items()).items() >= stored.items()
     prefixes = {k[:j] for k in stored for j in range(1, len(k))}
     for k, _ in entries[:2000]:
         for j in range(1, len(k) + 1):

@@ -1,0 +1,166 @@
+"""Benchmark: adaptive drafting with acceptance heads (the paper's Table 2 on our models).
+
+A HumanEval training stream (first --train problems) is decoded once with the untrained drafter
+(fixed k, greedy; records carry the target's verification) and replayed --epochs times into
+each trainer. Rows on held-out prompts (last --test problems), decoded prompt by prompt with
+every row interleaved so machine load hits all rows alike:
+  fixed-k (untrained) | adapt only (head, drafter frozen) | distill only (fixed k) |
+  joint distill + adapt (Algorithm 3) | interleaved distill + adapt (Algorithm 4), gamma sweep.
+Heads use greedy labels (1[argmax q == y]) because verification is greedy here.
+Writes bench/results/adaptive-<date>.json/.md.
+Example:
+  python scripts/bench_adaptive.py --target qwen2.5-coder-0.5b --train 64 --test 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+
+from benchio import save, stamp_report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--drafter", default="smollm2-135m")
+    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--train", type=int, default=64)
+    ap.add_argument("--test", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--k", type=int, default=4, help="fixed draft length")
+    ap.add_argument("--max-k", type=int, default=8, help="most tokens per adaptive draft")
+    ap.add_argument("--gammas", type=float, nargs="+", default=[0.3, 0.5, 0.7])
+    ap.add_argument("--gamma", type=float, default=0.5, help="gamma of the adapt-only and joint rows")
+    ap.add_argument("--head-steps", type=int, default=4, help="interleaved head steps per distillation update")
+    ap.add_argument("--pretrain-epochs", type=int, default=0, help="offline head pretraining passes")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from omnidraft.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.generate import generate_speculative
+    from omnidraft.head_trainer import AdaptiveTrainer, HeadTrainer
+    from omnidraft.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.pair import Pair
+    from omnidraft.prompts import humaneval
+    from omnidraft.runtime import CausalLM
+    from omnidraft.speculative import SpecConfig
+    from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+
+    def log(msg):
+        print(f"[adaptive] {msg}", file=sys.stderr, flush=True)
+
+    set_threads(args.threads)
+    torch.manual_seed(0)
+    problems = humaneval()
+    train, test = problems[: args.train], problems[len(problems) - args.test:]
+    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
+    drafter = load_model(args.drafter, dtype="fp32")
+    target = load_model(args.target, dtype=args.target_dtype)
+    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
+    seeded = copy.deepcopy(pair.cache)
+    base = drafter.model
+    hcfg = HeadConfig(gamma=args.gamma, max_k=args.max_k, labels="greedy", head_steps=args.head_steps)
+    report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
+                          k=args.k, max_k=args.max_k, max_new_tokens=args.max_new_tokens,
+                          train_problems=args.train, test_problems=args.test, epochs=args.epochs,
+                          head_config=hcfg.__dict__, rows=[], training={})
+
+    t0 = time.perf_counter()
+    records = []
+    for i, p in enumerate(train):
+        pair.cache = copy.deepcopy(seeded)
+        records.append(generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
+                                            max_new_tokens=args.max_new_tokens, record_topk=64).record)
+        if i % 16 == 15:
+            log(f"recorded {i + 1}/{len(train)}")
+    report["record_seconds"] = round(time.perf_counter() - t0, 1)
+
+    def new_head():
+        return AcceptanceHead(base.config.hidden_size, hcfg.width)
+
+    def run(mode: str):
+        """Train one variant on the record stream; returns (drafter model, head or None)."""
+        t = time.perf_counter()
+        tcfg = TrainConfig()
+        model = base if mode == "adapt" else attach_lora(copy.deepcopy(base), tcfg)
+        distill = None if mode == "adapt" else OnlineTrainer(model, tcfg)
+        head = HeadTrainer(new_head(), model, hcfg) if mode != "distill" else None
+        if head is not None and args.pretrain_epochs:
+            head.fit(records, args.pretrain_epochs)
+        if mode == "distill":
+            for _ in range(args.epochs):
+                for r in records:
+                    distill.add(r)
+        else:
+            trainer = AdaptiveTrainer(distill, head, mode)
+            for _ in range(args.epochs):
+                for r in records:
+                    trainer.add(r)
+        report["training"][mode] = {
+            "seconds": round(time.perf_counter() - t, 1), "distill_steps": distill.steps if distill else 0,
+            "head_steps": head.steps if head else 0,
+            "head_bce_last": round(head.history[-1]["bce"], 4) if head and head.history else None,
+            "accept_label_mean": round(head.history[-1]["accept_label_mean"], 3) if head and head.history else None}
+        log(f"trained {mode}: {json.dumps(report['training'][mode])}")
+        if hasattr(model, "merge_and_unload"):
+            model = copy.deepcopy(model).merge_and_unload()
+        return CausalLM(model.eval(), name=args.drafter), (head.head.eval() if head else None)
+
+    base_lm = CausalLM(base, name=args.drafter)
+    _, adapt_head = run("adapt")
+    distilled, _ = run("distill")
+    joint_lm, joint_head = run("joint")
+    inter_lm, inter_head = run("interleaved")
+    fixed = SpecConfig("omnidraft", k=args.k)
+    rows = [("fixed k (untrained)", base_lm, None, fixed),
+            (f"adapt only (gamma {args.gamma})", base_lm, adapt_head,
+             SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma)),
+            ("distill only (fixed k)", distilled, None, fixed),
+            (f"joint distill + adapt (gamma {args.gamma})", joint_lm, joint_head,
+             SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma))]
+    rows += [(f"interleaved distill + adapt (gamma {g})", inter_lm, inter_head,
+              SpecConfig("omnidraft", k=args.max_k, gamma=g)) for g in args.gammas]
+    tot = {name: {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "steps": 0} for name, *_ in rows}
+    for n, p in enumerate(test):
+        for name, lm, head, cfg in rows:
+            pair.cache = copy.deepcopy(seeded)
+            m = generate_speculative(lm, target, pair, p, cfg=cfg, max_new_tokens=args.max_new_tokens,
+                                     head=head).metrics
+            t = tot[name]
+            t["tokens"] += m["new_tokens"]
+            t["wall"] += m["wall_s"]
+            t["proposed"] += m["proposed"]
+            t["accepted"] += m["accepted"]
+            t["steps"] += m["steps"]
+        log(f"evaluated prompt {n + 1}/{len(test)}")
+    for name, *_ in rows:
+        t = tot[name]
+        report["rows"].append({"row": name, "acceptance_rate": round(t["accepted"] / max(t["proposed"], 1), 4),
+                               "proposed_per_step": round(t["proposed"] / max(t["steps"], 1), 2),
+                               "tokens_per_step": round(t["tokens"] / max(t["steps"], 1), 3),
+                               "tokens_per_s": round(t["tokens"] / t["wall"], 3)})
+    ref = next(r["tokens_per_s"] for r in report["rows"] if r["row"].startswith("distill only"))
+    md = [f"# Adaptive drafting benchmark ({report['date'][:16]}Z)", "",
+          f"{args.drafter} (fp32) -> {args.target} ({args.target_dtype}), greedy, fixed k={args.k}, adaptive "
+          f"max k={args.max_k}; train stream HumanEval[:{args.train}] x {args.epochs} epochs, held-out "
+          f"HumanEval[-{args.test}:], {args.max_new_tokens} new tokens; `{report['command']}`", "",
+          "| row | acceptance | proposed/step | tokens/step | tokens/s | vs distill only |", "|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['proposed_per_step']} | {r['tokens_per_step']} | "
+                  f"{r['tokens_per_s']} | {r['tokens_per_s'] / ref:.2f}x |")
+    md += ["", "Training: " + "; ".join(f"{k}: {v['seconds']} s, {v['distill_steps']} distill + "
+                                        f"{v['head_steps']} head steps" for k, v in report["training"].items())]
+    save(args.out, "adaptive", report, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
