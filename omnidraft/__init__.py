@@ -8,3 +8,11 @@ _logging.getLogger("torchao").setLevel(_logging.ERROR)
 _logging.getLogger("torch.utils._pytree").setLevel(_logging.ERROR)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):  # omnidraft.Session without importing torch at package import
+    if name == "Session":
+        from .session import Session
+
+        return Session
+    raise AttributeError(name)

@@ -68,7 +68,86 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--threads", type=int, default=None)
     srv.add_argument("--max-sessions", type=int, default=16)
     srv.add_argument("--session-ttl", type=float, default=600.0, help="seconds")
+
+    pr = sub.add_parser("pair", help="pair the drafter with a target: vocabulary map, seeded n-grams, "
+                        "adapter and head, calibration report")
+    pr.add_argument("--target", required=True, help="catalog name, model dir, .gguf, or http(s):// URL")
+    pr.add_argument("--drafter", default="smollm2-135m")
+    pr.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target")
+    pr.add_argument("--token-file", default=None, help="bearer token file for a remote target")
+    pr.add_argument("--reset", action="store_true", help="drop the trained adapter and start fresh")
+    pr.add_argument("--calibration-seconds", type=float, default=120.0)
+    pr.add_argument("--max-new-tokens", type=int, default=48)
+    pr.add_argument("--threads", type=int, default=None)
+    pr.add_argument("--json", action="store_true")
+    sub.add_parser("pairs", help="list paired drafters and targets")
+    dm = sub.add_parser("daemon", help="the background fine-tuning daemon")
+    dm.add_argument("action", choices=["start", "stop", "status", "pause", "resume", "run"],
+                    help="run = in the foreground")
+    dm.add_argument("--poll", type=float, default=10.0, help="seconds between checks for new records")
+    dm.add_argument("--once", action="store_true", help="with run: exit when no pair has work")
+    dm.add_argument("--throttle", type=float, default=0.0, help="seconds of rest after each trained "
+                    "record (caps the CPU share)")
+    demo = sub.add_parser("demo", help="pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream, train a round, compare")
+    demo.add_argument("--prompts", type=int, default=4)
+    demo.add_argument("--max-new-tokens", type=int, default=48)
+    demo.add_argument("--calibration-seconds", type=float, default=60.0)
+    demo.add_argument("--threads", type=int, default=None)
     return parser
+
+
+def _cmd_pair(args) -> int:
+    from .calibrate import format_report, pair
+    from .loading import set_threads
+
+    set_threads(args.threads)
+    remote = args.target.startswith(("http://", "https://"))
+    report = pair(args.target, args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
+                  max_new_tokens=args.max_new_tokens, token=read_token(args.token_file) if remote else None,
+                  target_tokenizer=args.target_tokenizer)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+def _cmd_pairs(args) -> int:
+    from .pairing import adapter_store, list_specs, log_path
+    from .verlog import VerificationLog
+
+    store, log = adapter_store(), VerificationLog(log_path())
+    specs = list_specs()
+    if not specs:
+        print("no pairs yet: omnidraft pair --target NAME")
+    for s in specs:
+        print(f"{s.name}\n  drafter {s.drafter} -> target {s.target}; adapter {store.latest(s.name) or 'none'} "
+              f"({len(store.versions(s.name))} versions); log {log.count(s.name)} records, "
+              f"{log.size(s.name) / 1e6:.1f} MB")
+    return 0
+
+
+def _cmd_daemon(args) -> int:
+    from . import daemon
+
+    if args.action == "run":
+        return daemon.serve(args.poll, args.once, throttle_s=args.throttle)
+    if args.action == "start":
+        print(f"daemon running, pid {daemon.start(args.poll, args.throttle)}")
+    elif args.action == "stop":
+        print("daemon stopped" if daemon.stop() else "daemon was not running")
+    elif args.action in ("pause", "resume"):
+        daemon.pause(args.action == "pause")
+        print(f"daemon {args.action}d")
+    else:
+        print(json.dumps(daemon.status(), indent=1))
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .calibrate import demo
+    from .loading import set_threads
+
+    set_threads(args.threads)
+    demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, calibration_s=args.calibration_seconds)
+    return 0
 
 
 def read_token(token_file: str | None) -> str:
@@ -197,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_generate(args)
         if args.command == "serve-target":
             return _cmd_serve(args)
+        handler = {"pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo}
+        return handler[args.command](args)
     except OmniDraftError as err:
         print(f"omnidraft: error: {err}", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@ own modules (autoregressive.py, speculative.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 import torch
 
@@ -66,27 +66,45 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
     return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics)
 
 
-def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *,
-                         cfg, max_new_tokens: int = 128,
-                         sampling: SamplingConfig = SamplingConfig(), verify_mode: str = "rejection",
-                         chat: bool = False, on_text: Callable[[str], None] | None = None,
-                         record_topk: int = 0, head=None) -> Result:
+def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
+                         max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
+                         verify_mode: str = "rejection", chat: bool = False,
+                         on_text: Callable[[str], None] | None = None, record_topk: int = 0,
+                         head=None) -> Result:
     """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
 
     ``target``: a CausalLM (verified in-process) or any Target (e.g. remote.RemoteTarget, set up
     with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
     """
+    if cfg.strategy == "ar":
+        if not isinstance(target, CausalLM):
+            raise OmniDraftError("strategy 'ar' runs the target in-process", "pass a local target model")
+        return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
+                           sampling=sampling, chat=chat, on_text=on_text)
+    pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
+                                sampling=sampling, verify_mode=verify_mode, chat=chat,
+                                record_topk=record_topk, head=head)
+    while True:
+        try:
+            piece = next(pieces)
+        except StopIteration as done:
+            return done.value
+        if on_text:
+            on_text(piece)
+
+
+def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
+                       max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
+                       verify_mode: str = "rejection", chat: bool = False, record_topk: int = 0,
+                       head=None) -> Generator[str, None, Result]:
+    """generate_speculative as a generator: yields text pieces as rounds commit tokens and
+    returns the Result (``result = yield from stream_speculative(...)``)."""
     from .reverse import DraftContext
     from .speculative import Drafter, decode_speculative
     from .target import LocalTarget
 
     local = isinstance(target, CausalLM)
-    if cfg.strategy == "ar":
-        if not local:
-            raise OmniDraftError("strategy 'ar' runs the target in-process", "pass a local target model")
-        return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
-                           sampling=sampling, chat=chat, on_text=on_text)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
     verifier = LocalTarget(target, sampling, verify_mode, record_topk) if local else target
@@ -104,9 +122,7 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *,
         translator, ctx, target_ids, cfg=cfg,
         max_new_tokens=budget, stop=stop_ids(pair.target_tok, gen_config),
         metrics=metrics, cache=translator.cache, rows_out=rows)
-    for piece in stream(chunks, Detokenizer(pair.target_tok, target_ids), ids):
-        if on_text:
-            on_text(piece)
+    yield from stream(chunks, Detokenizer(pair.target_tok, target_ids), ids)
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
     record = None
     if rows:

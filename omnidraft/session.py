@@ -1,0 +1,125 @@
+"""The embeddable API: one drafter paired with one target, streaming text, logging training
+records, and picking up adapter versions the daemon publishes without a restart.
+
+    session = omnidraft.Session(drafter="smollm2-135m", target="qwen2.5-coder-0.5b")
+    for text in session.stream("def fibonacci(n):"):
+        print(text, end="")
+
+Knows how the parts are wired; each part (models, pair state, log, adapters) is its own module.
+"""
+
+from __future__ import annotations
+
+from typing import Generator
+
+from .errors import OmniDraftError
+from .generate import Result, stream_speculative
+from .pairing import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, save_spec
+from .sampling import SamplingConfig
+from .speculative import SpecConfig
+
+
+class Session:
+    """``target``: catalog name, model dir, .gguf, or http(s):// URL of `omnidraft serve-target`
+    (then ``token`` and, unless the server's model name is a catalog name, ``target_tokenizer``).
+    ``gamma``: adaptive drafting with the pair's acceptance head once one is published
+    (fixed ``k`` until then). ``log``: append every generation's training record to the log.
+    """
+
+    def __init__(self, drafter: str = DEFAULT_DRAFTER, target: str = "qwen2.5-coder-0.5b", *,
+                 strategy: str = "omnidraft", k: int = 4, gamma: float | None = None, max_k: int = 8,
+                 sampling: SamplingConfig = SamplingConfig(), target_dtype: str = "bf16",
+                 token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
+                 record_topk: int = 64, threads: int | None = None):
+        from .loading import load_model, load_tokenizer, set_threads
+        from .pair import Pair
+        from .verlog import VerificationLog
+
+        if strategy not in ("tli", "omnidraft"):
+            raise OmniDraftError(f"a Session runs speculative strategies, not {strategy!r}",
+                                 "use tli or omnidraft")
+        set_threads(threads)
+        self.spec = PairSpec(drafter, target, target_tokenizer)
+        try:  # keep what `omnidraft pair` recorded (e.g. the remote target's tokenizer)
+            self.spec = load_spec(self.spec.name)
+        except OmniDraftError:
+            save_spec(self.spec)
+        self.sampling = sampling
+        self.record_topk = record_topk if log else 0
+        if self.spec.remote:
+            from .remote import RemoteTarget
+
+            if not token:
+                raise OmniDraftError("a remote target needs a bearer token", "pass token=...")
+            self.target = RemoteTarget(target, token, sampling, "rejection", self.record_topk)
+            tok_name = self.spec.target_tokenizer or self.target.info()["model"]
+            target_vocab = self.target.info()["vocab_size"]
+        else:
+            self.target = load_model(target, dtype=target_dtype)
+            tok_name, target_vocab = target, self.target.vocab_size
+        self.target_tok = load_tokenizer(tok_name)
+        self.draft_tok = load_tokenizer(drafter)
+        self.base = load_model(drafter, dtype="fp32")
+        self.drafter = self.base
+        self.pair = Pair(self.draft_tok, self.target_tok, self.base.vocab_size, target_vocab, persist=True)
+        self.cfg = SpecConfig(strategy, k=k)
+        self.adaptive = SpecConfig(strategy, k=max_k, gamma=gamma) if gamma is not None else None
+        self.store = adapter_store()
+        self.version: str | None = None
+        self.head = None
+        self.log = VerificationLog(log_path()) if log else None
+        self.last: Result | None = None
+        self.refresh()
+
+    # ------------------------------------------------------------------ adapters
+    def refresh(self) -> str | None:
+        """Switch to the newest published adapter and head, if there is a newer one."""
+        from safetensors.torch import load_file
+
+        from .acceptance import AcceptanceHead
+        from .runtime import CausalLM
+
+        latest = self.store.latest(self.spec.name)
+        if latest is None or latest == self.version:
+            return self.version
+        model = self.drafter.model
+        if not hasattr(model, "peft_config"):
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(self.store.path(self.spec.name, latest)),
+                                              adapter_name=f"{self.spec.name}@{latest}".replace(".", "_"))
+            self.drafter = CausalLM(model.eval(), name=self.spec.drafter)
+        else:
+            self.store.load(model, self.spec.name, latest)
+            self.drafter.reset()
+        head_file = self.store.path(self.spec.name, latest) / "head.safetensors"
+        self.head = AcceptanceHead.from_state(load_file(str(head_file))) if head_file.is_file() else None
+        self.version = latest
+        return latest
+
+    # ------------------------------------------------------------------ generation
+    def stream(self, prompt: str, *, max_new_tokens: int = 128, chat: bool = False) -> Generator[str, None, Result]:
+        """Yield text as the target commits it; the Result (metrics) is then in ``self.last``."""
+        if not prompt.strip():
+            raise OmniDraftError("empty prompt")
+        self.refresh()
+        cfg = self.adaptive if (self.adaptive is not None and self.head is not None) else self.cfg
+        try:
+            result = yield from stream_speculative(
+                self.drafter, self.target, self.pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
+                sampling=self.sampling, chat=chat, record_topk=self.record_topk, head=self.head)
+        finally:
+            self.pair.save()
+        self.last = result
+        if self.log is not None and result.record is not None:
+            self.log.append(self.spec.name, prompt, result.record.to_bytes())
+        return result
+
+    def generate(self, prompt: str, **kw) -> Result:
+        for _ in self.stream(prompt, **kw):
+            pass
+        return self.last
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

@@ -1,0 +1,77 @@
+"""The durable verification log: every generation's training record, per pair, in SQLite (WAL).
+
+Appends are one transaction each, so a crash never leaves half a record; the log is bounded in
+bytes per pair with oldest-first pruning. Readers page by id. Knows bytes and ids; nothing about
+models (records.py decodes the bytes).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+SCHEMA = 1
+DEFAULT_MAX_BYTES = 256 << 20
+
+
+class VerificationLog:
+    def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES):
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+        self.db.execute("CREATE TABLE IF NOT EXISTS records (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                        "pair TEXT NOT NULL, created REAL NOT NULL, prompt TEXT NOT NULL, "
+                        "size INTEGER NOT NULL, data BLOB NOT NULL)")
+        self.db.execute("CREATE INDEX IF NOT EXISTS records_pair ON records (pair, id)")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def append(self, pair: str, prompt: str, data: bytes) -> int:
+        """Store one record; prune the pair's oldest past the byte bound. Returns its id."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = self.db.execute("INSERT INTO records (pair, created, prompt, size, data) VALUES (?, ?, ?, ?, ?)",
+                                  (pair, time.time(), prompt, len(data), data))
+            rid = cur.lastrowid
+            total = self.db.execute("SELECT coalesce(sum(size), 0) FROM records WHERE pair = ?",
+                                    (pair,)).fetchone()[0]
+            if total > self.max_bytes:
+                rows = self.db.execute("SELECT id, size FROM records WHERE pair = ? ORDER BY id",
+                                       (pair,)).fetchall()
+                cut, drop = total, []
+                for i, size in rows:
+                    if cut <= self.max_bytes or i == rid:
+                        break
+                    drop.append((i,))
+                    cut -= size
+                self.db.executemany("DELETE FROM records WHERE id = ?", drop)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return rid
+
+    def read(self, pair: str, after: int = 0, limit: int = 1000) -> list[tuple[int, str, bytes]]:
+        """(id, prompt, record bytes) with id > ``after``, oldest first."""
+        return self.db.execute("SELECT id, prompt, data FROM records WHERE pair = ? AND id > ? "
+                               "ORDER BY id LIMIT ?", (pair, after, limit)).fetchall()
+
+    def count(self, pair: str, after: int = 0) -> int:
+        return self.db.execute("SELECT count(*) FROM records WHERE pair = ? AND id > ?",
+                               (pair, after)).fetchone()[0]
+
+    def size(self, pair: str) -> int:
+        return self.db.execute("SELECT coalesce(sum(size), 0) FROM records WHERE pair = ?",
+                               (pair,)).fetchone()[0]
+
+    def pairs(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT pair FROM records ORDER BY pair")]

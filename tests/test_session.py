@@ -1,0 +1,160 @@
+"""The product layer: Session (stream, log, hot-swap adapters), the verification log, tuning
+rounds with the regression guard, and the daemon surviving kill -9."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from omnidraft.generate import generate_ar
+from omnidraft.runtime import CausalLM
+from omnidraft.verlog import VerificationLog
+
+from .conftest import save_tiny, tiny, vocab_len
+
+PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n",
+           "import os\n", "Dear team,", "for i in range(", "SELECT * FROM", "Once upon", "class Foo:"]
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, smollm_tok, qwen_tok):
+    d = tmp_path_factory.mktemp("models")
+    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, d / "drafter")
+    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, d / "target")
+    return str(drafter), str(target)
+
+
+def test_log_appends_reads_and_prunes_oldest_first(tmp_path):
+    log = VerificationLog(tmp_path / "log.sqlite", max_bytes=1000)
+    ids = [log.append("p", f"prompt {i}", bytes(300)) for i in range(5)]
+    assert ids == sorted(ids)
+    kept = [r[0] for r in log.read("p")]
+    assert kept == ids[-3:] and log.size("p") == 900  # the two oldest went
+    assert log.count("p", after=ids[-2]) == 1 and log.read("other") == []
+    log.append("q", "x", bytes(10))
+    assert log.pairs() == ["p", "q"] and log.size("p") == 900  # bounds are per pair
+    with pytest.raises(ValueError):
+        VerificationLog(tmp_path / "x.sqlite", max_bytes=0)
+
+
+def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwen_tok):
+    from omnidraft import Session
+    from omnidraft.calibrate import fresh_adapter
+
+    drafter, target = models
+    s = Session(drafter, target, target_dtype="fp32")
+    t = CausalLM(s.target.model)
+    ref = generate_ar(t, qwen_tok, PROMPTS[0], max_new_tokens=24)
+    pieces = list(s.stream(PROMPTS[0], max_new_tokens=24))
+    assert "".join(pieces) == ref.text and s.last.token_ids == ref.token_ids
+    assert s.log.count(s.spec.name) == 1 and s.version is None
+    # a published version (LoRA B perturbed so the drafter really changes) is picked up live
+    v1 = fresh_adapter(s)
+    assert s.generate(PROMPTS[1], max_new_tokens=24).token_ids == generate_ar(t, qwen_tok, PROMPTS[1], max_new_tokens=24).token_ids
+    assert s.version == v1
+    from omnidraft.trainer import TrainConfig, attach_lora
+
+    from omnidraft.loading import load_model
+
+    m = attach_lora(load_model(drafter).model, TrainConfig())
+    torch.manual_seed(0)
+    for n, p in m.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(std=0.5)
+    v2 = s.store.publish(s.spec.name, m)
+    before = s.drafter.extend([1, 2, 3]).logits.clone()
+    s.drafter.reset()
+    res = s.generate(PROMPTS[2], max_new_tokens=24)
+    assert s.version == v2 and res.token_ids == generate_ar(t, qwen_tok, PROMPTS[2], max_new_tokens=24).token_ids
+    s.drafter.reset()
+    assert not torch.allclose(s.drafter.extend([1, 2, 3]).logits, before)  # the new adapter is live
+    assert s.log.count(s.spec.name) == 3
+    s.close()
+
+
+@pytest.fixture()
+def self_pair(home, models, tmp_path):
+    """Drafter == target (same tiny model and tokenizer): the records are the drafter's own greedy
+    output, so its teacher-forced acceptance starts at 1.0 and a sabotaged round must lower it."""
+    from omnidraft import Session
+
+    drafter, _ = models
+    s = Session(drafter, drafter, target_dtype="fp32")
+    for p in PROMPTS * 3:
+        s.generate(p, max_new_tokens=16)
+    return s
+
+
+def test_round_publishes_and_the_guard_rejects_a_worse_candidate(self_pair):
+    from omnidraft.loading import load_model
+    from omnidraft.trainer import TrainConfig
+    from omnidraft.tuning import RoundConfig, cursor, run_round
+
+    s = self_pair
+    cfg = RoundConfig(max_records=8)
+    r1 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, cfg)
+    assert r1["status"] == "published" and r1["acceptance_after"] >= r1["acceptance_before"] > 0.9
+    assert len(r1["record_ids"]) == 8 and all(i % cfg.holdout_every for i in r1["record_ids"])
+    bad = RoundConfig(max_records=8, train=TrainConfig(method="full", lr=0.5))
+    r2 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, bad)
+    assert r2["status"] == "rejected" and r2["acceptance_after"] < r2["acceptance_before"]
+    assert s.store.latest(s.spec.name) == r1["version"]  # nothing published
+    assert cursor(s.spec, s.store) == r2["records_through"]  # the rejected records are consumed
+    assert not set(r1["record_ids"]) & set(r2["record_ids"])
+
+
+def _status(home):
+    try:
+        return json.loads((home / "daemon" / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_daemon_kill9_mid_training_resumes_without_loss_or_duplicates(self_pair, home):
+    s = self_pair
+    env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
+    cmd = [sys.executable, "-m", "omnidraft.daemon", "--poll", "0.2"]
+    proc = subprocess.Popen(cmd + ["--throttle", "0.4"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            st = _status(home)
+            if st.get("state") == "training" and "trained on 3/" in st.get("progress", ""):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"daemon never reached mid-training: {_status(home)}")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert s.store.versions(s.spec.name) == []  # killed before publishing: nothing visible
+    out = subprocess.run(cmd + ["--once"], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    from omnidraft.tuning import cursor, history
+
+    versions = s.store.list(s.spec.name)  # published rounds: their meta.json is the truth
+    rejected = [h for h in history(s.spec) if h["status"] == "rejected"]
+    assert versions or rejected, out.stdout
+    used = [i for v in versions for i in v["record_ids"]] + [i for h in rejected for i in h["record_ids"]]
+    assert len(used) == len(set(used))  # no record trained on twice
+    trainable = [r[0] for r in s.log.read(s.spec.name) if r[0] % 5]
+    through = cursor(s.spec, s.store)
+    assert sorted(used) == [i for i in trainable if i <= through]  # none lost
+    assert len(trainable) - len(used) < 8  # what is left is less than one update interval
+    for v in versions:
+        d = s.store.path(s.spec.name, v["version"])
+        assert (d / "adapter_model.safetensors").is_file() and (d / "head.safetensors").is_file()
