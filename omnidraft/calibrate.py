@@ -144,9 +144,11 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     before = {"prompts": len(shown), "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
               "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3)}
     say("\none training round on the logged verifications ...")
-    cfg = RoundConfig(min_records=4, train=TrainConfig(update_interval=4, batch_size=4))
+    cfg = RoundConfig(min_records=2, train=TrainConfig(update_interval=2, batch_size=2))
     result = run_round(session.spec, session.log, session.store, load_model(DEFAULT_DRAFTER, dtype="fp32").model,
                        cfg, progress=lambda m: say(f"\r  {m}", end=""))
+    if result["status"] == "waiting":
+        say(f"\n  round: waiting for records ({result['new_records']} new, {cfg.min_records} needed)")
     say(f"\n  round: {result['status']}" + (f" {result.get('version', '')}" if result["status"] == "published" else "")
         + (f" (held-out teacher-forced acceptance {result['acceptance_before']:.3f} -> {result['acceptance_after']:.3f})"
            if result.get("held_out") else ""))
