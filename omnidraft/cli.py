@@ -46,14 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--drafter", default=None, help="drafter model (default smollm2-135m when "
                      "--strategy is not ar)")
-    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft (default: omnidraft "
+    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw (default: omnidraft "
                      "with --drafter, else ar)")
     gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round "
                      "(the maximum with --confidence)")
     gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
                      "the drafter gives probability below this (e.g. 0.4)")
-    gen.add_argument("--verify", choices=["rejection", "point-mass"], default="rejection",
-                     help="verification when sampling (greedy is exact matching)")
+    gen.add_argument("--verify", choices=["rejection", "point-mass"], default=None,
+                     help="verification when sampling (greedy is exact matching); default rejection, "
+                     "point-mass for slem/dtw")
     gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
                      help="n-gram cache eviction policy")
     gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
@@ -214,6 +215,8 @@ def _cmd_generate(args) -> int:
     spec = SpecConfig(strategy=strategy, k=args.draft_length, confidence=args.confidence)
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     set_threads(args.threads)
+    if args.verify is None:
+        args.verify = "point-mass" if strategy in ("slem", "dtw") else "rejection"
     if args.target.startswith(("http://", "https://")):
         from .remote import FallbackTarget, RemoteTarget
         from .target import LocalTarget

@@ -68,13 +68,14 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
 
 def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
                          max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
-                         verify_mode: str = "rejection", chat: bool = False,
+                         verify_mode: str | None = None, chat: bool = False,
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
                          head=None) -> Result:
     """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
 
     ``target``: a CausalLM (verified in-process) or any Target (e.g. remote.RemoteTarget, set up
     with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
+    ``verify_mode`` (sampling only): rejection | point-mass; default by strategy.
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
     """
     if cfg.strategy == "ar":
@@ -96,14 +97,17 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
 
 def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
                        max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
-                       verify_mode: str = "rejection", chat: bool = False, record_topk: int = 0,
+                       verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
                        head=None) -> Generator[str, None, Result]:
     """generate_speculative as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``)."""
     from .reverse import DraftContext
-    from .speculative import Drafter, decode_speculative
+    from .speculative import STRING_STRATEGIES, Drafter, decode_speculative
     from .target import LocalTarget
 
+    # sampling: rejection with q' (lossless for tli; rule (2) for omnidraft); string-level
+    # strategies have no exact q', so the point-mass rule, lossless for any proposal
+    verify_mode = verify_mode or ("point-mass" if cfg.strategy in STRING_STRATEGIES else "rejection")
     local = isinstance(target, CausalLM)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)

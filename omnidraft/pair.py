@@ -44,6 +44,11 @@ class Pair:
         """Flush new entries and hit counts to the store (no-op without one)."""
         return self.store.flush(self.cache) if self.store else 0
 
-    def translator(self, strategy: str) -> Translator:
-        """`tli`: direct mapping only; `omnidraft`: direct mapping plus the n-gram cache."""
+    def translator(self, strategy: str):
+        """`tli`: direct mapping only; `omnidraft`: direct mapping plus the n-gram cache;
+        `slem` / `dtw`: re-tokenise the draft text with the target tokenizer (strings.py)."""
+        if strategy in ("slem", "dtw"):
+            from .strings import StringTranslator
+
+            return StringTranslator(self.vmap, self.target_tok, strategy)
         return Translator(self.vmap, self.cache if strategy == "omnidraft" else None)

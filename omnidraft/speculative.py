@@ -23,7 +23,8 @@ from .sampling import SamplingConfig, probs
 from .target import LocalTarget
 from .translate import Translator
 
-STRATEGIES = ("ar", "tli", "omnidraft")
+STRATEGIES = ("ar", "tli", "omnidraft", "slem", "dtw")
+STRING_STRATEGIES = ("slem", "dtw")  # re-tokenise the draft text (strings.py)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
     metrics.prefill_s = time.perf_counter() - t0
     produced = 0
     generated: list[int] = []
+    committed = list(target_prompt_ids)  # every target id so far, for string-level translation
     while produced < max_new_tokens:
         step_t0 = time.perf_counter()
         if produced:  # bring the drafter's cache in step with the committed text
@@ -145,7 +147,7 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
             drafts.append(d)
             if q is not None:
                 qrows.append(q)
-            if not translator.viable(drafts):
+            if not translator.viable(drafts, ctx=ctx, history=committed):
                 drafts.pop()
                 break
             if rule is not None and rule.update(drafter.accept_prob(d_hidden, d) if use_head else conf):
@@ -156,7 +158,7 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
                 metrics.drafter_forwards += 1
         # 2. translate: drafter ids -> target ids (+ q' for rejection sampling)
         tr_t0 = time.perf_counter()
-        prop = translator.translate(drafts)
+        prop = translator.translate(drafts, ctx=ctx, history=committed)
         q_target = (translator.proposal_dists(prop, drafts, torch.stack(qrows[: prop.consumed]))
                     if target.needs_q else None)
         translate_s = time.perf_counter() - tr_t0
@@ -180,6 +182,7 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
         tr_t0 = time.perf_counter()
         ctx.append_target(new)
         generated.extend(new)
+        committed.extend(new)
         if cache is not None and cfg.learn_ngrams:
             learn_ngrams(cache, ctx, generated)
         translate_s += time.perf_counter() - tr_t0

@@ -42,8 +42,9 @@ class Translator:
         self.direct_mask = torch.from_numpy(vmap.d2t >= 0)  # [Vd] bool
         self._d2t = vmap.d2t.tolist()
 
-    def translate(self, drafts: Sequence[int]) -> Proposal:
-        """Rule (1) over ``drafts`` (drafter ids): target ids and the draft span of each."""
+    def translate(self, drafts: Sequence[int], ctx=None, history: Sequence[int] = ()) -> Proposal:
+        """Rule (1) over ``drafts`` (drafter ids): target ids and the draft span of each.
+        (``ctx``/``history`` are for string-level translators; token-level needs neither.)"""
         out = Proposal()
         i, k = 0, len(drafts)
         cache = self.cache
@@ -68,7 +69,7 @@ class Translator:
         out.consumed = i
         return out
 
-    def viable(self, drafts: Sequence[int]) -> bool:
+    def viable(self, drafts: Sequence[int], ctx=None, history: Sequence[int] = ()) -> bool:
         """Whether drafting on can still pay: the draft translates fully, or its untranslated tail
         is a proper prefix of a cached n-gram (the next draft tokens may complete it)."""
         prop = self.translate(drafts)

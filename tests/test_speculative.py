@@ -110,7 +110,8 @@ def sharp(smollm_tok, qwen_tok):
 
 
 @pytest.mark.parametrize("strategy,mode", [("tli", "rejection"), ("tli", "point-mass"),
-                                           ("omnidraft", "point-mass")])
+                                           ("omnidraft", "point-mass"), ("slem", "point-mass"),
+                                           ("dtw", "point-mass")])
 def test_sampling_reproduces_target_distribution(sharp, strategy, mode):
     d, t, pair = sharp
     draws, prompt = 600, "def add(a, b):"
