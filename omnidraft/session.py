@@ -40,10 +40,11 @@ class Session:
                                  "use tli or omnidraft")
         set_threads(threads)
         self.spec = PairSpec(drafter, target, target_tokenizer)
+        known = True
         try:  # keep what `omnidraft pair` recorded (e.g. the remote target's tokenizer)
             self.spec = load_spec(self.spec.name)
         except OmniDraftError:
-            save_spec(self.spec)
+            known = False
         self.sampling = sampling
         self.record_topk = record_topk if log else 0
         if self.spec.remote:
@@ -62,6 +63,8 @@ class Session:
         self.base = load_model(drafter, dtype="fp32")
         self.drafter = self.base
         self.pair = Pair(self.draft_tok, self.target_tok, self.base.vocab_size, target_vocab, persist=True)
+        if not known:  # registered only once both models loaded
+            save_spec(self.spec)
         self.cfg = SpecConfig(strategy, k=k)
         self.adaptive = SpecConfig(strategy, k=max_k, gamma=gamma) if gamma is not None else None
         self.store = adapter_store()

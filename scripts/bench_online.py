@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=1, help="passes over the training stream")
     ap.add_argument("--variants", nargs="+", default=["lora:dm", "lora:dm+ngram", "full:dm", "full:dm+ngram"])
+    ap.add_argument("--no-untrained", dest="untrained", action="store_false",
+                    help="skip the untrained rows (e.g. when resuming)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
@@ -78,22 +80,36 @@ def main(argv=None) -> int:
                           k=args.k, max_new_tokens=args.max_new_tokens, train_problems=args.train,
                           test_problems=args.test, rows=[], curves={}, train_cost={})
     base_model = drafter.model
-    for strategy in ("tli", "omnidraft"):
-        row = {"row": f"untrained {strategy}", **evaluate(base_model, strategy, test)}
-        report["rows"].append(row)
-        log(json.dumps(row))
-
     t0 = time.perf_counter()
+    # Records are kept on disk as they are made (resumable; reused by later runs with the same
+    # models, problems and settings): greedy verification makes them independent of the drafter.
+    from omnidraft.home import subdir
+    from omnidraft.records import Record
+
+    rdir = subdir("bench-records", f"online-{args.drafter}-{args.target}-{args.target_dtype}-"
+                                   f"k{args.k}-n{args.max_new_tokens}")
     records = []
     for i, p in enumerate(train):
+        path = rdir / f"{i:04d}.record"
+        if path.is_file():
+            records.append(Record.from_bytes(path.read_bytes()))
+            continue
         pair.cache = copy.deepcopy(seeded)
         r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
                                  max_new_tokens=args.max_new_tokens, record_topk=64)
         records.append(r.record)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(r.record.to_bytes())
+        tmp.replace(path)
         if i % 20 == 19:
             log(f"recorded {i + 1}/{len(train)} training generations")
     report["record_seconds"] = round(time.perf_counter() - t0, 1)
     report["record_bytes_mean"] = round(sum(len(r.to_bytes()) for r in records) / len(records))
+
+    for strategy in ("tli", "omnidraft") if args.untrained else ():
+        row = {"row": f"untrained {strategy}", **evaluate(base_model, strategy, test)}
+        report["rows"].append(row)
+        log(json.dumps(row))
 
     curve_prompts = test[: args.curve_prompts]
     for variant in args.variants:
@@ -120,6 +136,7 @@ def main(argv=None) -> int:
             "batch_size": cfg.batch_size, "max_tokens": cfg.max_tokens,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
         log(json.dumps(row))
+        (rdir / "partial-report.json").write_text(json.dumps(report, indent=1))  # survives a kill
         del model, trainer
 
     md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",

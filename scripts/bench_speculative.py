@@ -79,6 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument("--drafter", default="smollm2-135m")
     ap.add_argument("--targets", nargs="+", default=["qwen2.5-coder-1.5b"])
     ap.add_argument("--ks", nargs="*", type=int, default=[3, 4, 5])
+    ap.add_argument("--strategies", nargs="+", default=["tli", "omnidraft"],
+                    help="speculative strategies (tli omnidraft slem dtw), each at every k")
     ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--humaneval", type=int, default=10, help="number of HumanEval prompts")
@@ -114,12 +116,12 @@ def main(argv=None) -> int:
             # Interleaved: each prompt runs every configuration back to back, so load drift on a
             # shared machine hits all rows alike. Each speculative row keeps its own n-gram cache.
             configs = [("ar", None, None)]
-            configs += [(s, k, None) for s in ("tli", "omnidraft") for k in args.ks]
-            configs += [(s, args.confidence_k, args.confidence) for s in ("tli", "omnidraft") if args.confidence]
+            configs += [(s, k, None) for s in args.strategies for k in args.ks]
+            configs += [(s, args.confidence_k, args.confidence) for s in args.strategies if args.confidence]
             if not args.no_hf:
                 configs.append(("hf", None, None))
             pairs = {c: Pair(dtok, ttok, drafter.vocab_size, target.vocab_size) for c in configs
-                     if c[0] in ("tli", "omnidraft")}
+                     if c[0] not in ("ar", "hf")}
             runs: dict[tuple, list[dict]] = {c: [] for c in configs}
             for n, p in enumerate(prompts):
                 pids = encode_prompt(ttok, p, chat=chat)

@@ -28,11 +28,11 @@ def test_generate_sensible_code(real_pair):
     assert "return" in out.text and "n" in out.text and out.text.startswith("\n")
 
 
-@pytest.mark.parametrize("strategy", ["omnidraft", "tli"])
-def test_greedy_equals_target_on_humaneval(real_pair, strategy):
+@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 10), ("tli", 10), ("slem", 4), ("dtw", 2)])
+def test_greedy_equals_target_on_humaneval(real_pair, strategy, prompts):
     d, t, pair = real_pair
     totals = {"proposed": 0, "accepted": 0}
-    for prompt in humaneval(limit=10):
+    for prompt in humaneval(limit=prompts):
         ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=NEW_TOKENS)
         out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=4),
                                    max_new_tokens=NEW_TOKENS)
@@ -40,7 +40,7 @@ def test_greedy_equals_target_on_humaneval(real_pair, strategy):
         totals["proposed"] += out.metrics["proposed"]
         totals["accepted"] += out.metrics["accepted"]
     rate = totals["accepted"] / totals["proposed"]
-    print(f"{strategy}: acceptance {rate:.3f} over 10 HumanEval prompts")
+    print(f"{strategy}: acceptance {rate:.3f} over {prompts} HumanEval prompts")
     assert rate > 0.1  # a real drafter on real code is accepted often
 
 
