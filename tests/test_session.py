@@ -158,3 +158,28 @@ def test_daemon_kill9_mid_training_resumes_without_loss_or_duplicates(self_pair,
     for v in versions:
         d = s.store.path(s.spec.name, v["version"])
         assert (d / "adapter_model.safetensors").is_file() and (d / "head.safetensors").is_file()
+
+
+def test_session_with_a_remote_target_streams_and_logs(home, models, qwen_tok):
+    """The same Session API against `serve-target` over HTTP: the target's greedy output, and a
+    training record (with the target's top-k sent back by the server) in the log."""
+    from omnidraft import Session
+    from omnidraft.loading import load_model
+    from omnidraft.records import Record
+
+    from .test_server import TOKEN, Server
+
+    drafter, target = models
+    model = load_model(target).model
+    srv = Server(model)
+    try:
+        s = Session(drafter, srv.url, token=TOKEN, target_tokenizer=target)
+        ref = generate_ar(CausalLM(model), qwen_tok, PROMPTS[3], max_new_tokens=20)
+        assert "".join(s.stream(PROMPTS[3], max_new_tokens=20)) == ref.text
+        assert s.last.token_ids == ref.token_ids
+        rows = s.log.read(s.spec.name)
+        assert len(rows) == 1 and Record.from_bytes(rows[0][2]).row_ids.shape[0] > 0
+        assert s.spec.remote and s.spec.name.startswith("drafter")
+        s.close()
+    finally:
+        srv.stop()
