@@ -109,7 +109,8 @@ class CausalLM:
         return self.extend(ids, hidden=hidden, last_only=True)
 
     def sync(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        """Make the cache hold ``ids`` and return the logits after its last token.
+        """Make the cache hold ``ids`` and return the logits [1, V] (and hidden [1, H]) after its
+        last token only.
 
         Rolls back only to the longest common prefix with what is cached, then feeds the rest;
         at least one token is always fed so the last position's logits exist.
@@ -120,4 +121,4 @@ class CausalLM:
         while common < limit and self.tokens[common] == ids[common]:
             common += 1
         self.truncate(common)
-        return self.extend(ids[common:], hidden=hidden)
+        return self.extend(ids[common:], hidden=hidden, last_only=True)

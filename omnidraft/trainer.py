@@ -34,6 +34,7 @@ class TrainConfig:
     divergence: str = "kl"  # kl (KL(q'||p), the paper's) | fkl | jsd
     ngram_lambda: float | str = 0.2  # a float, or "p" for the target's p(t)
     max_tokens: int = 256
+    specvocab_lambda: float = 0.1  # weight of the SpecVocab ranking loss, when a ranker is trained
 
     def __post_init__(self):
         checks = [
@@ -83,10 +84,13 @@ def _truncate(rec: Record, max_tokens: int) -> Record:
 class OnlineTrainer:
     """``model``: an HF causal LM (already wrapped with LoRA for method 'lora')."""
 
-    def __init__(self, model: torch.nn.Module, cfg: TrainConfig):
+    def __init__(self, model: torch.nn.Module, cfg: TrainConfig, ranker: torch.nn.Module | None = None):
+        """``ranker``: a specvocab.SpecVocabHead trained alongside (lambda * KL to the full head)."""
         self.cfg = cfg
         self.model = model
+        self.ranker = ranker
         params = [p for p in model.parameters() if p.requires_grad]
+        params += list(ranker.parameters()) if ranker is not None else []
         if not params:
             raise OmniDraftError("the drafter has no trainable parameters",
                                  "attach a LoRA adapter or use method 'full'")
@@ -139,6 +143,12 @@ class OnlineTrainer:
             dm = direct_loss(logq, rids, rprobs, rother, cfg.divergence)
             total = total + dm.sum()
             parts["dm"] = float(dm.detach().mean())
+            if self.ranker is not None:  # the full head teaches the SpecVocab ranking
+                from .specvocab import ranking_loss
+
+                rl = ranking_loss(self.ranker(h.detach()), base.lm_head(h.detach()), cfg.specvocab_lambda)
+                total = total + rl * len(kl_i)
+                parts["specvocab"] = float(rl.detach())
         if ng_i:
             h = hidden[torch.tensor(ng_b), torch.tensor(ng_i) - 1]
             logq = torch.log_softmax(base.lm_head(h).float(), -1)  # [M, V]
