@@ -20,7 +20,7 @@ import torch
 from .acceptance import AcceptanceHead, HeadConfig, acceptance_labels, weighted_bce
 from .errors import OmniDraftError
 from .records import Record
-from .trainer import OnlineTrainer, _truncate
+from .trainer import OnlineTrainer, padded_batch
 
 MODES = ("joint", "interleaved", "adapt")
 _CHUNK = 256  # LM-head rows per chunk when scoring a batch (bounds the [rows, V] logits)
@@ -37,13 +37,7 @@ def head_batch(model, records: list[Record], mode: str, max_tokens: int = 256
     peft-wrapped). Returns hidden [N, H] (the state that produced each labelled token), emb
     [N, H] (that token's input embedding), labels [N]."""
     base = _base(model)
-    recs = [_truncate(r, max_tokens) for r in records]
-    B, L = len(recs), max(r.length for r in recs)
-    ids = torch.zeros(B, L, dtype=torch.long)
-    mask = torch.zeros(B, L, dtype=torch.long)
-    for b, r in enumerate(recs):
-        ids[b, : r.length] = r.draft_ids.long()
-        mask[b, : r.length] = 1
+    recs, ids, mask = padded_batch(records, max_tokens)
     was_training = model.training
     model.eval()
     hidden = base.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()  # [B, L, H]

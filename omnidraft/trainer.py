@@ -81,6 +81,18 @@ def _truncate(rec: Record, max_tokens: int) -> Record:
     return Record(**fields)
 
 
+def padded_batch(records: list[Record], max_tokens: int) -> tuple[list[Record], torch.Tensor, torch.Tensor]:
+    """Truncated records and their right-padded drafter ids [B, L] and attention mask [B, L]."""
+    recs = [_truncate(r, max_tokens) for r in records]
+    B, L = len(recs), max(r.length for r in recs)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    mask = torch.zeros(B, L, dtype=torch.long)
+    for b, r in enumerate(recs):
+        ids[b, : r.length] = r.draft_ids.long()
+        mask[b, : r.length] = 1
+    return recs, ids, mask
+
+
 class OnlineTrainer:
     """``model``: an HF causal LM (already wrapped with LoRA for method 'lora')."""
 
@@ -106,13 +118,7 @@ class OnlineTrainer:
     def loss(self, records: list[Record]) -> tuple[torch.Tensor, dict]:
         """Mean loss over the loss positions of ``records`` (every response token counts)."""
         cfg = self.cfg
-        recs = [_truncate(r, cfg.max_tokens) for r in records]
-        B, L = len(recs), max(r.length for r in recs)
-        ids = torch.zeros(B, L, dtype=torch.long)
-        mask = torch.zeros(B, L, dtype=torch.long)
-        for b, r in enumerate(recs):
-            ids[b, : r.length] = r.draft_ids.long()
-            mask[b, : r.length] = 1
+        recs, ids, mask = padded_batch(records, cfg.max_tokens)
         base = self._base()
         hidden = base.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
 

@@ -87,3 +87,14 @@ def save_tiny(model, tok, path: Path) -> Path:
     model.save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def cross(smollm_tok, qwen_tok):
+    """SmolLM2-tokenizer tiny llama drafter -> Qwen2.5-tokenizer tiny qwen2 target, and their Pair."""
+    from omnidraft.pair import Pair
+    from omnidraft.runtime import CausalLM
+
+    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1))
+    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2))
+    return d, t, Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)

@@ -22,14 +22,6 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cross(smollm_tok, qwen_tok):
-    """SmolLM2-tokenizer tiny llama drafter -> Qwen2.5-tokenizer tiny qwen2 target."""
-    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1))
-    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2))
-    return d, t, Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
-
-
 @pytest.mark.parametrize("strategy", ["tli", "omnidraft"])
 @pytest.mark.parametrize("k", [1, 4, 6])
 def test_greedy_equals_target_cross_vocab(cross, strategy, k):

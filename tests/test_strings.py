@@ -15,13 +15,6 @@ PROMPTS = ["def fibonacci(n):\n", "The Eiffel Tower is in", "Écrivez une foncti
            "for i in range(10):\n    print(i)\n", "x"]
 
 
-@pytest.fixture(scope="module")
-def cross(smollm_tok, qwen_tok):
-    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1))
-    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2))
-    return d, t, Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
-
-
 @pytest.mark.parametrize("strategy", ["slem", "dtw"])
 @pytest.mark.parametrize("k", [1, 4, 6])
 def test_greedy_equals_target_cross_vocab(cross, strategy, k):
