@@ -22,7 +22,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["tli", "omnidraft"])
+@pytest.mark.parametrize("strategy", ["tli", "omnidraft", "slem", "dtw"])
 @pytest.mark.parametrize("k", [1, 4, 6])
 def test_greedy_equals_target_cross_vocab(cross, strategy, k):
     d, t, pair = cross

@@ -1,5 +1,6 @@
 """String-level strategies (slem, dtw): greedy output equals the target's own, token for token,
-across tokenizer families; the DTW alignment on hand-made cases."""
+on a SentencePiece target (the byte-level pair is in test_speculative.py); the DTW alignment on
+hand-made cases."""
 
 import pytest
 
@@ -13,16 +14,6 @@ from .conftest import tiny, vocab_len
 
 PROMPTS = ["def fibonacci(n):\n", "The Eiffel Tower is in", "Écrivez une fonction qui trie: ",
            "for i in range(10):\n    print(i)\n", "x"]
-
-
-@pytest.mark.parametrize("strategy", ["slem", "dtw"])
-@pytest.mark.parametrize("k", [1, 4, 6])
-def test_greedy_equals_target_cross_vocab(cross, strategy, k):
-    d, t, pair = cross
-    for prompt in PROMPTS:
-        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=24)
-        out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=k), max_new_tokens=24)
-        assert out.token_ids == ref.token_ids, prompt
 
 
 @pytest.mark.parametrize("strategy", ["slem", "dtw"])
