@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
                      help="n-gram cache eviction policy")
     gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
+    gen.add_argument("--drafter-runtime", choices=["eager", "executorch"], default="eager",
+                     help="run the drafter in PyTorch, or as the exported ExecuTorch program")
+    gen.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w",
+                     help="with --drafter-runtime executorch: which exported program")
+    gen.add_argument("--max-seq", type=int, default=1024, help="with --drafter-runtime executorch: "
+                     "the program's cache length")
+    gen.add_argument("--adapter-ptd", default=None, help="with --drafter-runtime executorch: a .ptd "
+                     "from `omnidraft export-adapter` (default: the program's zero adapter)")
     _add_sampling(gen)
     srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP")
     srv.add_argument("--model", required=True)
@@ -82,6 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threads", type=int, default=None)
     pr.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
+    ex = sub.add_parser("export", help="export the drafter to an ExecuTorch program (XNNPACK)")
+    ex.add_argument("--drafter", default="smollm2-135m")
+    ex.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
+    ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
+    ex.add_argument("--lora-rank", type=int, default=32)
+    ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")
+    ex.add_argument("--threads", type=int, default=None)
+    ea = sub.add_parser("export-adapter", help="write a pair's adapter + head as a .ptd for an "
+                        "exported program (no re-export)")
+    ea.add_argument("--pair", required=True, help="pair name (see `omnidraft pairs`)")
+    ea.add_argument("--version", default=None, help="adapter version (default: the latest)")
+    ea.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
+    ea.add_argument("--max-seq", type=int, default=1024)
+    ea.add_argument("--program", default=None, help="program folder (default: by drafter, quant, max-seq)")
+    ea.add_argument("--out", default=None, help=".ptd path (default: under the pair's folder)")
     dm = sub.add_parser("daemon", help="the background fine-tuning daemon")
     dm.add_argument("action", choices=["start", "stop", "status", "pause", "resume", "run"],
                     help="run = in the foreground")
@@ -139,6 +162,41 @@ def _cmd_daemon(args) -> int:
         print(f"daemon {args.action}d")
     else:
         print(json.dumps(daemon.status(), indent=1))
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from pathlib import Path
+
+    from .export.layout import program_dir
+    from .export.lower import ExportConfig, export_drafter
+    from .loading import load_model, set_threads
+
+    cfg = ExportConfig(drafter=args.drafter, quant=args.quant, max_seq=args.max_seq,
+                       lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank))
+    set_threads(args.threads)
+    out = Path(args.out) if args.out else program_dir(args.drafter, args.quant, args.max_seq)
+    lm = load_model(args.drafter, dtype="fp32").model
+    export_drafter(lm, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(out)
+    return 0
+
+
+def _cmd_export_adapter(args) -> int:
+    from pathlib import Path
+
+    from .export.adapter_data import export_adapter
+    from .export.layout import find_program, pair_ptd
+    from .export.lower import ProgramInfo
+    from .pairing import adapter_store, load_spec
+
+    spec = load_spec(args.pair)
+    prog = Path(args.program) if args.program else find_program(spec.drafter, args.quant, args.max_seq)
+    info = ProgramInfo.load(prog / "program.json")
+    version_dir = adapter_store().path(spec.name, args.version)
+    out = Path(args.out) if args.out else pair_ptd(spec.name, version_dir.name, info)
+    export_adapter(version_dir, info, out)
+    print(out)
     return 0
 
 
@@ -238,7 +296,13 @@ def _cmd_generate(args) -> int:
     else:
         dname = args.drafter or "smollm2-135m"
         dtok = load_tokenizer(dname)
-        drafter = load_model(dname, dtype=args.dtype)
+        if args.drafter_runtime == "executorch":
+            from .device.runtime import ExecuTorchLM
+            from .export.layout import find_program
+
+            drafter = ExecuTorchLM(find_program(dname, args.quant, args.max_seq), args.adapter_ptd, name=dname)
+        else:
+            drafter = load_model(dname, dtype=args.dtype)
         pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size, persist=True,
                     policy=args.cache_policy, max_bytes=args.cache_mib << 20)
         try:
@@ -279,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_generate(args)
         if args.command == "serve-target":
             return _cmd_serve(args)
-        handler = {"pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo}
+        handler = {"pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
+                   "export": _cmd_export, "export-adapter": _cmd_export_adapter}
         return handler[args.command](args)
     except OmniDraftError as err:
         print(f"omnidraft: error: {err}", file=sys.stderr)

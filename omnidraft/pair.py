@@ -46,7 +46,14 @@ class Pair:
 
     def translator(self, strategy: str):
         """`tli`: direct mapping only; `omnidraft`: direct mapping plus the n-gram cache;
-        `slem` / `dtw`: re-tokenise the draft text with the target tokenizer (strings.py)."""
+        `slem` / `dtw`: re-tokenise the draft text with the target tokenizer (strings.py);
+        `slrs`: a proposer of target tokens from the drafter's string distribution (slrs.py)."""
+        if strategy == "slrs":
+            from .slrs import SLRSProposer
+
+            if getattr(self, "_slrs", None) is None:  # its byte tables are built once per pair
+                self._slrs = SLRSProposer(self.vmap)
+            return self._slrs
         if strategy in ("slem", "dtw"):
             from .strings import StringTranslator
 

@@ -22,17 +22,18 @@ from .home import subdir
 DEFAULT_DRAFTER = "smollm2-135m"
 
 
+def safe_name(s: str) -> str:
+    """A file-safe name for a model reference: a catalog name as it is, a path or URL by its
+    last part plus a short hash of the whole."""
+    if re.fullmatch(r"[A-Za-z0-9._-]+", s):
+        return s
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", s.rstrip("/").rsplit("/", 1)[-1])[:40] or "model"
+    return f"{tail}.{hashlib.sha256(s.encode()).hexdigest()[:8]}"
+
+
 def pair_name(drafter: str, target: str) -> str:
-    """A file-safe name for (drafter, target): catalog names as they are, paths and URLs by
-    their last part plus a short hash of the whole."""
-
-    def part(s: str) -> str:
-        if re.fullmatch(r"[A-Za-z0-9._-]+", s):
-            return s
-        tail = re.sub(r"[^A-Za-z0-9._-]+", "_", s.rstrip("/").rsplit("/", 1)[-1])[:40] or "model"
-        return f"{tail}.{hashlib.sha256(s.encode()).hexdigest()[:8]}"
-
-    return f"{part(drafter)}--{part(target)}"
+    """A file-safe name for (drafter, target)."""
+    return f"{safe_name(drafter)}--{safe_name(target)}"
 
 
 @dataclass

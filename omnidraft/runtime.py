@@ -16,6 +16,8 @@ from transformers import DynamicCache
 class Forward:
     logits: torch.Tensor  # [k, V] float32, row i = next-token logits after input position i
     hidden: torch.Tensor | None = None  # [k, H] float32, last layer (after final norm), or None
+    accept: torch.Tensor | None = None  # [1] the acceptance head's P(accept) of the greedy next
+    #                                     token, when the runtime computes it (ExecuTorch program)
 
 
 class CausalLM:
@@ -115,10 +117,16 @@ class CausalLM:
         Rolls back only to the longest common prefix with what is cached, then feeds the rest;
         at least one token is always fed so the last position's logits exist.
         """
-        if not ids:
-            raise ValueError("sync needs at least one token")
-        common, limit = 0, min(self.length, len(ids) - 1)
-        while common < limit and self.tokens[common] == ids[common]:
-            common += 1
-        self.truncate(common)
-        return self.extend(ids[common:], hidden=hidden, last_only=True)
+        return sync_prefix(self, ids, hidden=hidden)
+
+
+def sync_prefix(lm, ids: list[int], *, hidden: bool = False) -> Forward:
+    """``lm.sync``: roll ``lm`` (anything with tokens/truncate/extend) back to its longest common
+    prefix with ``ids`` and feed the rest, keeping at least one token to feed."""
+    if not ids:
+        raise ValueError("sync needs at least one token")
+    common, limit = 0, min(lm.length, len(ids) - 1)
+    while common < limit and lm.tokens[common] == ids[common]:
+        common += 1
+    lm.truncate(common)
+    return lm.extend(ids[common:], hidden=hidden, last_only=True)

@@ -24,17 +24,22 @@ class Session:
     (then ``token`` and, unless the server's model name is a catalog name, ``target_tokenizer``).
     ``gamma``: adaptive drafting with the pair's acceptance head once one is published
     (fixed ``k`` until then). ``log``: append every generation's training record to the log.
+    ``drafter_runtime="executorch"``: the drafter runs as the program `omnidraft export` wrote
+    for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use.
     """
 
     def __init__(self, drafter: str = DEFAULT_DRAFTER, target: str = "qwen2.5-coder-0.5b", *,
                  strategy: str = "omnidraft", k: int = 4, gamma: float | None = None, max_k: int = 8,
                  sampling: SamplingConfig = SamplingConfig(), target_dtype: str = "bf16",
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
-                 record_topk: int = 64, threads: int | None = None):
+                 record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "eager",
+                 quant: str = "8da8w", max_seq: int = 1024):
         from .loading import load_model, load_tokenizer, set_threads
         from .pair import Pair
         from .verlog import VerificationLog
 
+        if drafter_runtime not in ("eager", "executorch"):
+            raise OmniDraftError(f"unknown drafter_runtime {drafter_runtime!r}", "use eager or executorch")
         if strategy not in ("tli", "omnidraft"):
             raise OmniDraftError(f"a Session runs speculative strategies, not {strategy!r}",
                                  "use tli or omnidraft")
@@ -60,9 +65,16 @@ class Session:
             tok_name, target_vocab = target, self.target.vocab_size
         self.target_tok = load_tokenizer(tok_name)
         self.draft_tok = load_tokenizer(drafter)
-        self.base = load_model(drafter, dtype="fp32")
-        self.drafter = self.base
-        self.pair = Pair(self.draft_tok, self.target_tok, self.base.vocab_size, target_vocab, persist=True)
+        if drafter_runtime == "executorch":
+            from .device.runtime import ExecuTorchLM
+            from .export.layout import find_program
+
+            self.base = None
+            self.drafter = ExecuTorchLM(find_program(drafter, quant, max_seq), name=drafter)
+        else:
+            self.base = load_model(drafter, dtype="fp32")
+            self.drafter = self.base
+        self.pair = Pair(self.draft_tok, self.target_tok, self.drafter.vocab_size, target_vocab, persist=True)
         if not known:  # registered only once both models loaded
             save_spec(self.spec)
         self.cfg = SpecConfig(strategy, k=k)
@@ -70,6 +82,7 @@ class Session:
         self.store = adapter_store()
         self.version: str | None = None
         self.head = None
+        self.has_head = False
         self.log = VerificationLog(log_path()) if log else None
         self.last: Result | None = None
         self.refresh()
@@ -85,6 +98,14 @@ class Session:
         latest = self.store.latest(self.spec.name)
         if latest is None or latest == self.version:
             return self.version
+        version_dir = self.store.path(self.spec.name, latest)
+        if self.base is None:  # ExecuTorch program: swap the .ptd (LoRA + head), no re-export
+            from .export.layout import ensure_pair_ptd
+
+            self.drafter.load_adapter(ensure_pair_ptd(self.spec.name, version_dir, self.drafter.info))
+            self.has_head = (version_dir / "head.safetensors").is_file()
+            self.version = latest
+            return latest
         model = self.drafter.model
         if not hasattr(model, "peft_config"):
             from peft import PeftModel
@@ -97,6 +118,7 @@ class Session:
             self.drafter.reset()
         head_file = self.store.path(self.spec.name, latest) / "head.safetensors"
         self.head = AcceptanceHead.from_state(load_file(str(head_file))) if head_file.is_file() else None
+        self.has_head = self.head is not None
         self.version = latest
         return latest
 
@@ -106,7 +128,7 @@ class Session:
         if not prompt.strip():
             raise OmniDraftError("empty prompt")
         self.refresh()
-        cfg = self.adaptive if (self.adaptive is not None and self.head is not None) else self.cfg
+        cfg = self.adaptive if (self.adaptive is not None and self.has_head) else self.cfg
         try:
             result = yield from stream_speculative(
                 self.drafter, self.target, self.pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,

@@ -18,12 +18,13 @@ from .errors import OmniDraftError
 from .metrics import Metrics
 from .ngram import NgramCache
 from .reverse import DraftContext, learn_ngrams
-from .runtime import CausalLM
+from .runtime import CausalLM, Forward
 from .sampling import SamplingConfig, probs
 from .target import LocalTarget
-from .translate import Translator
+from .slrs import SLRSProposer
+from .translate import Proposal, Translator
 
-STRATEGIES = ("ar", "tli", "omnidraft", "slem", "dtw")
+STRATEGIES = ("ar", "tli", "omnidraft", "slem", "dtw", "slrs")
 STRING_STRATEGIES = ("slem", "dtw")  # re-tokenise the draft text (strings.py)
 
 
@@ -67,12 +68,18 @@ class Drafter:
         # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
         self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
         self.head = head
-        self.embeddings = model.model.get_input_embeddings().weight if head is not None else None  # [Vd, H]
+        # an exported program scores its own greedy token with the head in its .ptd
+        self.program_head = bool(getattr(model, "scores_accept", False))
+        self.embeddings = (model.model.get_input_embeddings().weight  # [Vd, H]
+                           if head is not None and not self.program_head else None)
 
     def stop_rule(self, cfg: "SpecConfig") -> "StopRule | _Confidence | None":
         """A fresh per-round stopping rule for ``cfg`` (None: always draft k tokens)."""
         if cfg.gamma is not None:
-            if self.head is None:
+            if self.program_head and (not self.sampling.greedy or self.mask is not None):
+                raise OmniDraftError("the exported drafter scores acceptance for its greedy token only",
+                                     "use greedy omnidraft drafting, or the eager drafter runtime")
+            if self.head is None and not self.program_head:
                 raise OmniDraftError("adaptive drafting (gamma) needs an acceptance head",
                                      "pair the drafter and train one, or drop gamma")
             return StopRule(cfg.gamma, cfg.min_k, cfg.k)
@@ -80,9 +87,11 @@ class Drafter:
             return _Confidence(cfg.confidence)
         return None
 
-    def accept_prob(self, hidden: torch.Tensor, d: int) -> float:
-        """The head's P(accept) for draft token d produced from ``hidden`` [H]."""
-        return self.head.accept_prob(hidden, self.embeddings[d])
+    def accept_prob(self, out: Forward, d: int) -> float:
+        """The head's P(accept) for draft token d, drafted from the last position of ``out``."""
+        if self.program_head:
+            return float(out.accept[-1])  # d is the program's greedy token (checked in stop_rule)
+        return self.head.accept_prob(out.hidden[-1], self.embeddings[d])
 
     def pick(self, logits: torch.Tensor, want_conf: bool = False) -> tuple[int, torch.Tensor | None, float]:
         """(draft id, [Vd] distribution it was drawn from or None when greedy, the drafter's
@@ -121,9 +130,7 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
     target.start(target_prompt_ids)
     rule = drafter.stop_rule(cfg)
     use_head = isinstance(rule, StopRule)
-    out = drafter.model.sync(ctx.ids, hidden=use_head)
-    d_logits = out.logits[-1]  # [Vd]
-    d_hidden = out.hidden[-1] if use_head else None  # [H]
+    out = drafter.model.sync(ctx.ids, hidden=use_head)  # Forward of the drafter's last position
     metrics.drafter_forwards += 1
     metrics.prefill_s = time.perf_counter() - t0
     produced = 0
@@ -133,35 +140,11 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
         step_t0 = time.perf_counter()
         if produced:  # bring the drafter's cache in step with the committed text
             out = drafter.model.sync(ctx.ids, hidden=use_head)
-            d_logits, d_hidden = out.logits[-1], (out.hidden[-1] if use_head else None)
             metrics.drafter_forwards += 1
-        # 1. draft: up to k drafter tokens, stopping early once the draft can no longer
-        #    translate, or when the stopping rule says so (drafter confidence, or the
-        #    acceptance head's predicted chance that some token so far is rejected)
-        drafts: list[int] = []
-        qrows: list[torch.Tensor] = []
-        if use_head:
-            rule.reset()
-        for i in range(cfg.k):
-            d, q, conf = drafter.pick(d_logits, want_conf=isinstance(rule, _Confidence))
-            drafts.append(d)
-            if q is not None:
-                qrows.append(q)
-            if not translator.viable(drafts, ctx=ctx, history=committed):
-                drafts.pop()
-                break
-            if rule is not None and rule.update(drafter.accept_prob(d_hidden, d) if use_head else conf):
-                break
-            if i < cfg.k - 1:
-                out = drafter.model.extend([d], hidden=use_head)
-                d_logits, d_hidden = out.logits[-1], (out.hidden[-1] if use_head else None)
-                metrics.drafter_forwards += 1
-        # 2. translate: drafter ids -> target ids (+ q' for rejection sampling)
-        tr_t0 = time.perf_counter()
-        prop = translator.translate(drafts, ctx=ctx, history=committed)
-        q_target = (translator.proposal_dists(prop, drafts, torch.stack(qrows[: prop.consumed]))
-                    if target.needs_q else None)
-        translate_s = time.perf_counter() - tr_t0
+        # 1. draft and 2. translate: drafter ids -> target ids (+ q' for rejection sampling)
+        propose = _propose_slrs if isinstance(translator, SLRSProposer) else _draft_and_translate
+        prop, q_target, translate_s = propose(drafter, translator, ctx, committed, out, cfg, rule,
+                                              target.needs_q, metrics)
         # 3. verify (one target forward)
         verdict = target.verify(prop.target_ids, q_target)
         metrics.target_forwards += 1
@@ -196,3 +179,46 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
         if new[-1] in stop:
             break
     metrics.wall_s = time.perf_counter() - t0
+
+
+def _draft_and_translate(drafter: Drafter, translator, ctx: DraftContext, committed: list[int],
+                         out: Forward, cfg: SpecConfig, rule, needs_q: bool, metrics: Metrics):
+    """Draft up to k drafter tokens from the state ``out``, stopping early once the draft can
+    no longer translate or when the stopping rule says so (drafter confidence, or the acceptance
+    head's predicted chance that some token so far is rejected); then translate them.
+    Returns (proposal, q' [m, Vt] or None, translation seconds)."""
+    use_head = isinstance(rule, StopRule)
+    drafts: list[int] = []
+    qrows: list[torch.Tensor] = []  # [Vd] each, when sampling
+    if use_head:
+        rule.reset()
+    for i in range(cfg.k):
+        d, q, conf = drafter.pick(out.logits[-1], want_conf=isinstance(rule, _Confidence))
+        drafts.append(d)
+        if q is not None:
+            qrows.append(q)
+        if not translator.viable(drafts, ctx=ctx, history=committed):
+            drafts.pop()
+            break
+        if rule is not None and rule.update(drafter.accept_prob(out, d) if use_head else conf):
+            break
+        if i < cfg.k - 1:
+            out = drafter.model.extend([d], hidden=use_head)
+            metrics.drafter_forwards += 1
+    t0 = time.perf_counter()
+    prop = translator.translate(drafts, ctx=ctx, history=committed)
+    q_target = (translator.proposal_dists(prop, drafts, torch.stack(qrows[: prop.consumed]))
+                if needs_q else None)
+    return prop, q_target, time.perf_counter() - t0
+
+
+def _propose_slrs(drafter: Drafter, proposer: SLRSProposer, ctx: DraftContext, committed: list[int],
+                  out: Forward, cfg: SpecConfig, rule, needs_q: bool, metrics: Metrics):
+    """slrs drafts target tokens directly, from the drafter's string distribution psi (exact,
+    so rejection sampling against it is lossless). Same return as _draft_and_translate."""
+    f0 = proposer.forwards
+    ids, rows = proposer.propose(drafter.model, ctx, out.logits[-1], cfg.k, drafter.sampling, drafter.gen)
+    metrics.drafter_forwards += proposer.forwards - f0
+    prop = Proposal(target_ids=ids, spans=[(0, 0)] * len(ids), sub=[0] * len(ids),
+                    from_cache=[False] * len(ids))
+    return prop, (torch.stack(rows) if needs_q and rows else None), 0.0

@@ -22,7 +22,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["tli", "omnidraft", "slem", "dtw"])
+@pytest.mark.parametrize("strategy", ["tli", "omnidraft", "slem", "dtw", "slrs"])
 @pytest.mark.parametrize("k", [1, 4, 6])
 def test_greedy_equals_target_cross_vocab(cross, strategy, k):
     d, t, pair = cross
@@ -103,7 +103,7 @@ def sharp(smollm_tok, qwen_tok):
 
 @pytest.mark.parametrize("strategy,mode", [("tli", "rejection"), ("tli", "point-mass"),
                                            ("omnidraft", "point-mass"), ("slem", "point-mass"),
-                                           ("dtw", "point-mass")])
+                                           ("dtw", "point-mass"), ("slrs", "rejection")])
 def test_sampling_reproduces_target_distribution(sharp, strategy, mode):
     d, t, pair = sharp
     draws, prompt = 600, "def add(a, b):"

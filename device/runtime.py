@@ -1,0 +1,123 @@
+"""ExecuTorchLM: the exported drafter program (.pte + a per-target .ptd) behind the same
+interface as the eager ``CausalLM``, so the speculative loop runs unchanged on it.
+
+Knows the ExecuTorch runtime, the program's static cache and program.json; nothing about
+tokenizers, strategies or training.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.export.adapter_data import check_ptd
+from omnidraft.export.lower import ProgramInfo
+from omnidraft.runtime import Forward, sync_prefix
+
+
+class ExecuTorchLM:
+    """One loaded program. ``length`` tokens are in its static cache; a rollback only moves the
+    write position (the causal mask hides what lies beyond it).
+
+    ``extend`` returns the last position's logits [1, V], hidden state [1, H] and the head's
+    P(accept) of the greedy next token [1]; a multi-token call needs ``last_only`` (the program
+    computes no other positions' logits).
+    """
+
+    scores_accept = True  # the program's third output is the acceptance head's P(accept)
+
+    def __init__(self, program_dir: str | Path, ptd: str | Path | None = None, name: str = ""):
+        self.dir = Path(program_dir)
+        if not (self.dir / "program.pte").is_file():
+            raise OmniDraftError(f"no ExecuTorch program in {self.dir}", "run `omnidraft export` first")
+        self.info = ProgramInfo.load(self.dir / "program.json")
+        self.name = name or self.info.config["drafter"]
+        self.tokens: list[int] = []
+        self.ptd: Path | None = None
+        self.load_seconds = 0.0
+        self.load_adapter(ptd or self.dir / "base.ptd")
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def max_length(self) -> int:
+        return self.info.max_seq
+
+    @property
+    def vocab_size(self) -> int:
+        return self.info.vocab_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    # ------------------------------------------------------------------ adapters
+    def load_adapter(self, ptd: str | Path) -> None:
+        """Run with the LoRA + head weights of ``ptd`` (checked against program.json first).
+        The cache restarts empty."""
+        from executorch.runtime import Runtime
+
+        ptd = Path(ptd)
+        if not ptd.is_file():
+            raise OmniDraftError(f"adapter file not found: {ptd}", "run `omnidraft export-adapter`")
+        check_ptd(ptd, self.info)
+        t0 = time.perf_counter()
+        if self.info.config["quant"] != "fp32":
+            import executorch.kernels.quantized  # noqa: F401 - registers the quantised kernels
+        try:
+            program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
+            self.method = program.load_method("forward")
+        except (RuntimeError, ValueError) as err:
+            raise OmniDraftError(f"ExecuTorch could not load {self.dir / 'program.pte'} with {ptd}: {err}",
+                                 "re-export the program; quantised programs need executorch's "
+                                 "quantized kernels") from err
+        self.program = program
+        self.ptd = ptd
+        self.tokens = []
+        self.load_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ cache control
+    def reset(self) -> None:
+        self.tokens = []
+
+    def rollback(self, n: int) -> None:
+        if n < 0 or n > self.length:
+            raise ValueError(f"cannot roll back {n} tokens from a cache of {self.length}")
+        if n:
+            del self.tokens[-n:]
+
+    def truncate(self, length: int) -> None:
+        self.rollback(self.length - length)
+
+    # ------------------------------------------------------------------ forward
+    def extend(self, ids: list[int], *, hidden: bool = False, last_only: bool = False) -> Forward:
+        k = len(ids)
+        if k == 0:
+            raise ValueError("extend needs at least one token")
+        if k > 1 and not last_only:
+            raise OmniDraftError("the exported drafter returns the last position's logits only",
+                                 "pass last_only=True or feed one token at a time")
+        if self.length + k > self.max_length:
+            raise OmniDraftError(
+                f"{self.name}: {self.length + k} tokens exceed the program's cache of {self.max_length}",
+                "shorten the prompt or generation, or re-export with a larger --max-seq")
+        logits, hid, accept = self.method.execute([
+            torch.tensor([ids], dtype=torch.long),  # [1, k]
+            torch.tensor([self.length], dtype=torch.long),  # [1]
+        ])
+        self.tokens.extend(int(t) for t in ids)
+        return Forward(logits=logits, hidden=hid if hidden else None, accept=accept)
+
+    def prefill(self, ids: list[int], *, hidden: bool = False) -> Forward:
+        self.reset()
+        return self.extend(ids, hidden=hidden, last_only=True)
+
+    def sync(self, ids: list[int], *, hidden: bool = False) -> Forward:
+        """As ``CausalLM.sync``: keep the common prefix, feed the rest, last position's outputs."""
+        return sync_prefix(self, ids, hidden=hidden)

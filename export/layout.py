@@ -1,0 +1,42 @@
+"""Where exported programs and per-target .ptd files live under $OMNIDRAFT_HOME:
+programs/<drafter>-<quant>-s<max_seq>/{program.pte, program.json, base.ptd} and
+pairs/<pair>/executorch/<program_id>/<version>.ptd.
+
+Knows folder names only; the files' contents belong to lower.py and adapter_data.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.home import subdir
+from omnidraft.pairing import safe_name
+
+from .lower import ProgramInfo
+
+
+def program_dir(drafter: str, quant: str, max_seq: int) -> Path:
+    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}"
+
+
+def find_program(drafter: str, quant: str, max_seq: int) -> Path:
+    d = program_dir(drafter, quant, max_seq)
+    if not (d / "program.pte").is_file():
+        raise OmniDraftError(f"no exported {quant} program of {drafter} with max_seq {max_seq}",
+                             f"run `omnidraft export --drafter {drafter} --quant {quant} --max-seq {max_seq}`")
+    return d
+
+
+def pair_ptd(pair: str, version: str, info: ProgramInfo) -> Path:
+    return subdir("pairs", pair, "executorch", info.program_id) / f"{version}.ptd"
+
+
+def ensure_pair_ptd(pair: str, version_dir: Path, info: ProgramInfo) -> Path:
+    """The .ptd of a published adapter version for this program, written on first use."""
+    from .adapter_data import export_adapter
+
+    path = pair_ptd(pair, Path(version_dir).name, info)
+    if not path.is_file():
+        export_adapter(version_dir, info, path)
+    return path

@@ -1,0 +1,210 @@
+"""Export the drafter to an ExecuTorch program: quantise (torchao), torch.export (strict), lower
+to XNNPACK with the per-target LoRA and head weights kept outside the delegate, and write
+program.pte + base.ptd (the zero adapter) + program.json (what the .ptd must hold).
+
+Knows torch.export, torchao and the ExecuTorch lowering APIs; nothing about pairs or decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from omnidraft.errors import OmniDraftError
+
+from .program import DraftProgram, is_adapter_param
+
+QUANTS = ("fp32", "8da8w", "8da4w")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    drafter: str  # catalog name or path, recorded in program.json
+    quant: str = "8da4w"  # fp32 | 8da8w (per-channel int8 weights) | 8da4w (int4, group_size)
+    max_seq: int = 1024  # static KV cache length = the longest prompt + generation
+    group_size: int = 32  # 8da4w weight group size
+    lora_rank: int = 32
+    lora_alpha: float = 32.0  # as TrainConfig.alpha; other alphas are folded into B when writing a .ptd
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    head_width: int = 256
+
+    def __post_init__(self):
+        checks = [
+            (self.quant in QUANTS, "quant", f"one of {', '.join(QUANTS)}"),
+            (16 <= self.max_seq <= 32768, "max_seq", "in 16..32768"),
+            (self.group_size in (16, 32, 64, 128, 256), "group_size", "one of 16, 32, 64, 128, 256"),
+            (1 <= self.lora_rank <= 256, "lora_rank", "in 1..256"),
+            (self.lora_alpha > 0, "lora_alpha", "> 0"),
+            (len(self.lora_targets) > 0, "lora_targets", "non-empty"),
+            (self.head_width >= 8, "head_width", ">= 8"),
+        ]
+        for ok, name, want in checks:
+            if not ok:
+                raise OmniDraftError(f"ExportConfig.{name} must be {want}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class ProgramInfo:
+    """program.json: how a .pte was made and what its .ptd must hold."""
+
+    program_id: str  # sha256 of the .pte, first 16 hex digits
+    config: dict
+    vocab_size: int
+    hidden_size: int
+    max_seq: int
+    adapter_keys: dict[str, list]  # FQN -> [shape list, dtype name]
+    format: int = FORMAT
+    export_seconds: float = 0.0
+    pte_bytes: int = 0
+    versions: dict = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> "ProgramInfo":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise OmniDraftError(f"cannot read {path}: {err}", "re-run `omnidraft export`") from err
+        if data.get("format") != FORMAT:
+            raise OmniDraftError(f"{path} has format {data.get('format')}, expected {FORMAT}",
+                                 "re-run `omnidraft export`")
+        return cls(**data)
+
+
+def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
+    """A peft model with zero-initialised LoRA (B = 0: the base model's outputs) on ``lm``."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(lm, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                                         target_modules=list(cfg.lora_targets), lora_dropout=0.0))
+
+
+def quantize(lm: torch.nn.Module, quant: str, group_size: int) -> None:
+    """In place: dynamic int8 activations with int8 (per channel) or int4 (per group) weights on
+    every base Linear; LoRA and head Linears stay fp32 (they live in the .ptd)."""
+    if quant == "fp32":
+        return
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    def base_linear(m: torch.nn.Module, fqn: str) -> bool:
+        if not isinstance(m, torch.nn.Linear) or is_adapter_param(fqn + "."):
+            return False
+        return quant == "8da8w" or m.weight.shape[1] % group_size == 0
+
+    bits = torch.int4 if quant == "8da4w" else torch.int8
+    gran = PerGroup(group_size) if quant == "8da4w" else PerAxis(0)
+    with torch.no_grad():
+        quantize_(lm, Int8DynamicActivationIntxWeightConfig(weight_dtype=bits, weight_granularity=gran),
+                  filter_fn=base_linear)
+
+
+def _adapter_free_partitioner():
+    """XNNPACK, except for ops that read a LoRA/head weight: XNNPACK keys the constants it owns
+    by content hash, so weights meant to be swapped by name must run outside the delegate."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    partitioner = XnnpackPartitioner()
+    for cfg in partitioner.target_partitioner_configs.values():
+        cfg.check_constraints = _skip_adapter_ops(cfg.check_constraints)
+    return partitioner
+
+
+def _skip_adapter_ops(check: Callable) -> Callable:
+    memo: dict = {}  # the graph signature's placeholder -> FQN map, per exported program
+
+    def checked(node: torch.fx.Node, ep) -> bool:
+        if memo.get("ep") is not ep:
+            memo.update(ep=ep, names={**ep.graph_signature.inputs_to_parameters,
+                                      **ep.graph_signature.inputs_to_buffers})
+        names = memo["names"]
+
+        def from_adapter(a: torch.fx.Node, depth: int = 0) -> bool:
+            if a.op == "placeholder":
+                return is_adapter_param(names.get(a.name, ""))
+            # a weight reached through a transpose/view of the parameter
+            return (a.op == "call_function" and depth < 3 and len(a.all_input_nodes) == 1
+                    and from_adapter(a.all_input_nodes[0], depth + 1))
+
+        return not any(from_adapter(a) for a in node.all_input_nodes) and check(node, ep)
+
+    return checked
+
+
+def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
+          log: Callable[[str], None] = print) -> ProgramInfo:
+    """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    ids = torch.zeros(1, 4, dtype=torch.long)  # [1, T]
+    pos = torch.zeros(1, dtype=torch.long)  # [1]
+    seq = torch.export.Dim("T", min=1, max=cfg.max_seq)
+    log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], max_seq {cfg.max_seq}")
+    with torch.no_grad():
+        ep = torch.export.export(program, (ids, pos), dynamic_shapes=({1: seq}, None), strict=True)
+    log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
+    edge = to_edge_transform_and_lower(ep, partitioner=[_adapter_free_partitioner()])
+    sig = edge.exported_program().graph_signature
+    fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+    external = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}
+    et = edge.to_executorch(ExecutorchBackendConfig(
+        external_constants=lambda node: "base" if node.name in external else None))
+    tmp = out_dir / "program.pte.tmp"
+    tmp.write_bytes(et.buffer)
+    et.write_tensor_data_to_file(str(out_dir))  # base.ptd
+    expected = {n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
+                for n, t in [*program.named_parameters(), *program.named_buffers()] if is_adapter_param(n)}
+    from .adapter_data import read_ptd_keys
+
+    got = read_ptd_keys(out_dir / "base.ptd")
+    missing = sorted(set(expected) - set(got))
+    if missing:  # constant folding can silently fold an adapter weight into the program
+        raise OmniDraftError(f"export: {len(missing)} adapter weights did not reach the .ptd "
+                             f"(e.g. {missing[0]})", "this program could not swap adapters")
+    tmp.replace(out_dir / "program.pte")
+    info = ProgramInfo(
+        program_id=hashlib.sha256(et.buffer).hexdigest()[:16], config=asdict(cfg),
+        vocab_size=int(program.lm.config.vocab_size), hidden_size=int(program.lm.config.hidden_size),
+        max_seq=cfg.max_seq, adapter_keys=expected, export_seconds=round(time.perf_counter() - t0, 1),
+        pte_bytes=len(et.buffer), versions=_versions())
+    info.save(out_dir / "program.json")
+    log(f"export: wrote {out_dir / 'program.pte'} ({len(et.buffer) / 2**20:.1f} MiB) and base.ptd "
+        f"({len(expected)} adapter tensors) in {info.export_seconds:.0f} s")
+    return info
+
+
+def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
+                   log: Callable[[str], None] = print) -> ProgramInfo:
+    """Attach a zero LoRA adapter and an untrained acceptance head to ``lm`` (fp32 HF causal LM;
+    modified in place), quantise the base weights, and lower the result to ``out_dir``."""
+    from omnidraft.acceptance import AcceptanceHead
+
+    peft_model = with_adapter(lm, cfg)
+    head = AcceptanceHead(lm.config.hidden_size, cfg.head_width)
+    program = DraftProgram(peft_model.get_base_model(), head, cfg.max_seq)
+    quantize(program, cfg.quant, cfg.group_size)  # base Linears (LoRA's base_layer, lm_head) only
+    return lower(program, out_dir, cfg, log)
+
+
+def _versions() -> dict:
+    from importlib.metadata import version
+
+    out = {}
+    for pkg in ("torch", "executorch", "torchao", "transformers", "peft"):
+        try:
+            out[pkg] = version(pkg)
+        except Exception:  # noqa: BLE001 - recorded only
+            out[pkg] = None
+    return out

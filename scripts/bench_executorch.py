@@ -1,0 +1,193 @@
+"""Benchmark: the drafter as an ExecuTorch program (XNNPACK) vs eager PyTorch.
+
+1. Drafter ms/token (median over a greedy decode after a prompt prefill), eager fp32 vs the
+   .pte in fp32 / 8da8w / 8da4w, for SmolLM2-135M (real weights) and the Llama-68M shape
+   (random weights: speed only). Quantised programs: greedy agreement with the fp32 program.
+2. End to end on the real pair (SmolLM2-135M -> --target, greedy, omnidraft, fixed k): acceptance,
+   tokens/s and output equality with the target alone, per drafter runtime, interleaved per prompt.
+Missing programs are exported first (export time reported). Writes bench/results/executorch-<date>.*
+Example:
+  python scripts/bench_executorch.py --target qwen2.5-coder-0.5b --prompts 8 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from benchio import save, stamp_report
+
+QUANTS = ("fp32", "8da8w", "8da4w")
+LLAMA_68M = dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=2,
+                 num_attention_heads=12, num_key_value_heads=12, max_position_embeddings=2048,
+                 tie_word_embeddings=False)
+
+
+def ensure_program(name: str, quant: str, max_seq: int, make_lm, log) -> tuple:
+    from omnidraft.export.layout import program_dir
+    from omnidraft.export.lower import ExportConfig, ProgramInfo, export_drafter
+
+    d = program_dir(name, quant, max_seq)
+    if not (d / "program.pte").is_file():
+        export_drafter(make_lm(), d, ExportConfig(drafter=name, quant=quant, max_seq=max_seq), log=log)
+    return d, ProgramInfo.load(d / "program.json")
+
+
+def decode_ms(lm, prompt: list[int], n: int) -> tuple[list[int], float]:
+    """Greedy-decode n tokens after prefilling ``prompt``; (tokens, median ms per decode step)."""
+    out = lm.prefill(prompt)
+    toks, times = [], []
+    for _ in range(n):
+        t = int(out.logits[-1].argmax())
+        toks.append(t)
+        t0 = time.perf_counter()
+        out = lm.extend([t], last_only=True)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return toks, statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--drafter", default="smollm2-135m")
+    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--decode-tokens", type=int, default=48, help="tokens per ms/token measurement")
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--max-seq", type=int, default=1024)
+    ap.add_argument("--quants", nargs="+", default=list(QUANTS))
+    ap.add_argument("--no-e2e", action="store_true")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+
+    import torch
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.generate import generate_ar, generate_speculative
+    from omnidraft.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.pair import Pair
+    from omnidraft.prompts import humaneval
+    from omnidraft.runtime import CausalLM
+    from omnidraft.speculative import SpecConfig
+
+    set_threads(args.threads)
+    _unsafe_reset_threadpool(args.threads)  # XNNPACK's pool: the same thread count as torch
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    prompts = humaneval(limit=args.prompts)
+    dtok = load_tokenizer(args.drafter)
+    report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
+                          k=args.k, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
+                          max_seq=args.max_seq, decode_tokens=args.decode_tokens, programs=[],
+                          per_token=[], end_to_end=[])
+    try:
+        from importlib.metadata import version
+
+        report["versions"]["executorch"] = version("executorch")
+        report["versions"]["torchao"] = version("torchao")
+    except Exception:  # noqa: BLE001
+        pass
+
+    shapes = {args.drafter: lambda: load_model(args.drafter, dtype="fp32").model}
+
+    def llama68m():
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(**LLAMA_68M)).eval()
+
+    shapes["llama-68m-shape"] = llama68m
+    runtimes: dict[str, dict] = {}
+    for name, make in shapes.items():
+        eager = CausalLM(make(), name=name)
+        vocab = eager.vocab_size
+        if name == args.drafter:
+            test = [dtok(p)["input_ids"][-64:] for p in prompts[:4]]
+        else:
+            g = torch.Generator().manual_seed(0)
+            test = [torch.randint(0, vocab, (64,), generator=g).tolist() for _ in range(4)]
+        rows = {"eager fp32": eager}
+        for q in args.quants:
+            d, info = ensure_program(name, q, args.max_seq, make, log)
+            report["programs"].append({"drafter": name, "quant": q, "dir": str(d), "pte_mib":
+                                       round(info.pte_bytes / 2**20, 1), "export_s": info.export_seconds,
+                                       "program_id": info.program_id})
+            rows[f"executorch {q}"] = ExecuTorchLM(d, name=name)
+        ms = {r: [] for r in rows}
+        toks = {r: [] for r in rows}
+        for p in test:  # interleaved per prompt, so machine load hits every runtime alike
+            for r, lm in rows.items():
+                t, m = decode_ms(lm, p, args.decode_tokens)
+                ms[r].append(m)
+                toks[r].append(t)
+        ref = "executorch fp32" if "executorch fp32" in rows else "eager fp32"
+        for r in rows:
+            agree = sum(sum(a == b for a, b in zip(x, y)) for x, y in zip(toks[r], toks[ref]))
+            first = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
+                     for x, y in zip(toks[r], toks["eager fp32"])]
+            row = {"drafter": name, "runtime": r, "ms_per_token": round(statistics.median(ms[r]), 2),
+                   "greedy_agreement_vs_" + ref.replace(" ", "_"): round(agree / sum(map(len, toks[ref])), 4),
+                   "first_divergence_vs_eager": first}
+            report["per_token"].append(row)
+            log(str(row))
+        base = next(x["ms_per_token"] for x in report["per_token"] if x["drafter"] == name and x["runtime"] == "eager fp32")
+        for x in report["per_token"]:
+            if x["drafter"] == name:
+                x["speedup_vs_eager"] = round(base / x["ms_per_token"], 2)
+        if name == args.drafter:
+            runtimes = {r: lm for r, lm in rows.items()}
+        del rows
+
+    if not args.no_e2e:
+        ttok = load_tokenizer(args.target)
+        target = load_model(args.target, dtype=args.target_dtype)
+        pair = Pair(dtok, ttok, runtimes["eager fp32"].vocab_size, target.vocab_size)
+        cfg = SpecConfig("omnidraft", k=args.k)
+        tot = {r: {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "equal": 0} for r in ["ar", *runtimes]}
+        for i, p in enumerate(prompts):
+            ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens)
+            tot["ar"]["tokens"] += ref.metrics["new_tokens"]
+            tot["ar"]["wall"] += ref.metrics["wall_s"]
+            tot["ar"]["equal"] += 1
+            for r, lm in runtimes.items():
+                res = generate_speculative(lm, target, pair, p, cfg=cfg, max_new_tokens=args.max_new_tokens)
+                m = res.metrics
+                t = tot[r]
+                t["tokens"] += m["new_tokens"]
+                t["wall"] += m["wall_s"]
+                t["proposed"] += m["proposed"]
+                t["accepted"] += m["accepted"]
+                t["equal"] += int(res.token_ids == ref.token_ids)
+            log(f"prompt {i + 1}/{len(prompts)} done")
+        ar_tps = tot["ar"]["tokens"] / tot["ar"]["wall"]
+        for r, t in tot.items():
+            tps = t["tokens"] / t["wall"]
+            report["end_to_end"].append({
+                "drafter_runtime": r, "acceptance_rate": round(t["accepted"] / t["proposed"], 4) if t["proposed"] else None,
+                "tokens_per_s": round(tps, 3), "speedup_vs_ar": round(tps / ar_tps, 3),
+                "equal_to_ar": f"{t['equal']}/{len(prompts)}"})
+    md = [f"# ExecuTorch drafter benchmark ({report['date'][:16]}Z)", "",
+          f"`{report['command']}`", "",
+          f"{args.threads} threads (torch and XNNPACK), batch 1, decode after a 64-token prefill, "
+          f"median of {args.decode_tokens} steps x 4 prompts; static cache {args.max_seq}.", "",
+          "| drafter | runtime | ms/token | vs eager | greedy agreement vs fp32 program |", "|---|---|---|---|---|"]
+    for x in report["per_token"]:
+        agree = next(v for k, v in x.items() if k.startswith("greedy_agreement"))
+        md.append(f"| {x['drafter']} | {x['runtime']} | {x['ms_per_token']} | {x['speedup_vs_eager']}x | {agree} |")
+    md += ["", "| program | .pte MiB | export s |", "|---|---|---|"]
+    md += [f"| {p['drafter']} {p['quant']} | {p['pte_mib']} | {p['export_s']} |" for p in report["programs"]]
+    if report["end_to_end"]:
+        md += ["", f"End to end: {args.drafter} -> {args.target} ({args.target_dtype}), greedy, omnidraft "
+               f"k={args.k}, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens.", "",
+               "| drafter runtime | acceptance | tokens/s | speedup vs ar | output == ar |", "|---|---|---|---|---|"]
+        md += [f"| {x['drafter_runtime']} | {x['acceptance_rate']} | {x['tokens_per_s']} | {x['speedup_vs_ar']}x "
+               f"| {x['equal_to_ar']} |" for x in report["end_to_end"]]
+    save(args.out, "executorch", report, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

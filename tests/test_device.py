@@ -1,0 +1,177 @@
+"""The ExecuTorch drafter (export/ + device/): the fp32 program matches eager PEFT with two
+different adapters swapped in as .ptd files without re-exporting, the speculative loop on it
+keeps the target's greedy output, and bad inputs get clear errors."""
+
+import copy
+import shutil
+
+import pytest
+import torch
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.generate import generate_ar, generate_speculative
+from omnidraft.speculative import SpecConfig
+
+from .conftest import tiny, vocab_len
+
+pytest.importorskip("executorch")
+
+
+def _adapter_version(peft_model, head, root, name: str, seed: int):
+    """Publish a random (non-zero B) LoRA adapter + head, as training would, and return its dir."""
+    from omnidraft.adapters import AdapterStore
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if "lora_" in n:
+                p.normal_(0, 0.05)
+        for p in head.parameters():
+            p.normal_(0, 0.1)
+    store = AdapterStore(root)
+    v = store.publish(name, peft_model, extra={"head": head.state_dict()})
+    return store.path(name, v)
+
+
+@pytest.fixture(scope="module")
+def exported(smollm_tok, tmp_path_factory):
+    """One tiny SmolLM2-vocabulary drafter exported fp32, and two trained-looking adapters."""
+    from omnidraft.acceptance import AcceptanceHead
+    from omnidraft.export.lower import ExportConfig, export_drafter
+    from omnidraft.trainer import TrainConfig, attach_lora
+
+    base = tiny("llama", vocab_len(smollm_tok), seed=1)
+    root = tmp_path_factory.mktemp("et")
+    cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32)
+    info = export_drafter(copy.deepcopy(base), root / "prog", cfg, log=lambda s: None)
+    versions = []
+    for seed in (1, 2):  # trained with alpha 8 (not the program's 16): B is rescaled in the .ptd
+        pm = attach_lora(copy.deepcopy(base), TrainConfig(rank=8, alpha=8))
+        versions.append((pm.eval(), AcceptanceHead(64, 32, 6.0).eval()))
+        _adapter_version(*versions[-1], root / "store", "tiny--t", seed)
+    return base, root, info, versions
+
+
+def _ptd(root, info, version: str):
+    from omnidraft.export.adapter_data import export_adapter
+
+    return export_adapter(root / "store" / "tiny--t" / version, info, root / f"{version}.ptd")
+
+
+def test_program_matches_eager_with_swapped_adapters(exported):
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    base, root, info, versions = exported
+    lm = ExecuTorchLM(root / "prog")
+    ids = [int(x) for x in torch.randint(0, 40000, (12,), generator=torch.Generator().manual_seed(0))]
+    for i, (pm, head) in enumerate([(None, None), *versions]):
+        if pm is not None:
+            lm.load_adapter(_ptd(root, info, f"v000{i}"))
+        ref_model = base if pm is None else pm
+        with torch.no_grad():
+            ref = ref_model(torch.tensor([ids])).logits[0]  # [12, V]
+            hid = (ref_model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0, -1])
+        out = lm.prefill(ids[:9], hidden=True)  # prefill, then decode one by one
+        assert (out.logits[0] - ref[8]).abs().max() <= 1e-4
+        for j in range(9, 12):
+            out = lm.extend([ids[j]], hidden=True)
+            assert (out.logits[0] - ref[j]).abs().max() <= 1e-4
+        if head is not None:  # the program's head score of its greedy token
+            emb = ref_model.get_input_embeddings().weight[int(ref[-1].argmax())]
+            assert abs(float(out.accept[0]) - head.accept_prob(hid, emb)) <= 1e-4
+        lm.rollback(5)  # rollback = move the write position; outputs match again
+        out = lm.extend([ids[7]])
+        assert (out.logits[0] - ref[7]).abs().max() <= 1e-4
+        # greedy continuation: the same tokens as eager
+        seq, ref_seq = list(ids), list(ids)
+        for _ in range(6):
+            seq.append(int(lm.sync(seq).logits[0].argmax()))
+            with torch.no_grad():
+                ref_seq.append(int(ref_model(torch.tensor([ref_seq])).logits[0, -1].argmax()))
+        assert seq == ref_seq
+
+
+def test_adapters_change_outputs(exported):
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, root, info, _ = exported
+    lm = ExecuTorchLM(root / "prog")
+    outs = []
+    for ptd in (root / "prog" / "base.ptd", _ptd(root, info, "v0001"), _ptd(root, info, "v0002"),
+                root / "prog" / "base.ptd"):
+        lm.load_adapter(ptd)
+        outs.append(lm.prefill([5, 6, 7, 8]).logits[0])
+    assert (outs[0] - outs[1]).abs().max() > 1e-3 and (outs[1] - outs[2]).abs().max() > 1e-3
+    assert torch.equal(outs[0], outs[3])  # back to the base adapter: the same logits exactly
+
+
+def test_speculative_on_program_equals_target(exported, cross):
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    base, root, _, _ = exported
+    d, t, pair = cross
+    assert d.vocab_size == base.config.vocab_size
+    eager = ExecuTorchLM(root / "prog")
+    for prompt in ("def fibonacci(n):\n", "The Eiffel Tower is in"):
+        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=20)
+        for cfg in (SpecConfig("omnidraft", k=4), SpecConfig("tli", k=3),
+                    SpecConfig("omnidraft", k=8, gamma=0.5)):
+            out = generate_speculative(eager, t, pair, prompt, cfg=cfg, max_new_tokens=20)
+            assert out.token_ids == ref.token_ids, (prompt, cfg)
+
+
+def test_clear_errors(exported, tmp_path):
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.export.adapter_data import write_ptd
+    from omnidraft.export.lower import ExportConfig
+
+    _, root, info, _ = exported
+    lm = ExecuTorchLM(root / "prog")
+    with pytest.raises(OmniDraftError, match="exceed the program's cache of 96"):
+        lm.prefill(list(range(1, 98)))  # a prompt longer than the exported maximum
+    lm.prefill(list(range(1, 90)))
+    with pytest.raises(OmniDraftError, match="exceed the program's cache"):
+        for t in range(10):  # decoding past the cache
+            lm.extend([t + 1])
+    other = tmp_path / "other.ptd"
+    write_ptd({"lm.model.layers.0.self_attn.q_proj.lora_A.default.weight": torch.zeros(4, 64)}, other)
+    with pytest.raises(OmniDraftError, match="made for another program"):
+        lm.load_adapter(other)
+    (tmp_path / "junk.ptd").write_bytes(b"not a ptd at all" * 4)
+    with pytest.raises(OmniDraftError, match="not a readable .ptd"):
+        lm.load_adapter(tmp_path / "junk.ptd")
+    with pytest.raises(OmniDraftError, match="no ExecuTorch program"):
+        ExecuTorchLM(tmp_path)
+    with pytest.raises(OmniDraftError, match="ExportConfig.quant"):
+        ExportConfig(drafter="x", quant="int3")
+    with pytest.raises(OmniDraftError, match="greedy token only"):
+        from omnidraft.sampling import SamplingConfig
+        from omnidraft.speculative import Drafter
+
+        Drafter(lm, SamplingConfig(temperature=0.8), None).stop_rule(SpecConfig("omnidraft", k=8, gamma=0.5))
+
+
+def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smollm_tok, tmp_path, monkeypatch):
+    from omnidraft import Session
+    from omnidraft.export.layout import program_dir
+    from omnidraft.runtime import CausalLM
+
+    from .conftest import save_tiny
+
+    base, root, info, versions = exported
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter = str(save_tiny(base, smollm_tok, tmp_path / "drafter"))
+    target = str(save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=2), qwen_tok, tmp_path / "target"))
+    shutil.copytree(root / "prog", program_dir(drafter, "fp32", 96))
+    s = Session(drafter, target, target_dtype="fp32", drafter_runtime="executorch", quant="fp32",
+                max_seq=96, gamma=0.5)
+    t = CausalLM(s.target.model)
+    prompt = "def add(a, b):\n"
+    ref = generate_ar(t, qwen_tok, prompt, max_new_tokens=16)
+    assert s.generate(prompt, max_new_tokens=16).token_ids == ref.token_ids and s.version is None
+    before = s.drafter.prefill([1, 2, 3]).logits.clone()
+    v1 = _adapter_version(*versions[0], tmp_path / "home" / "adapters", s.spec.name, seed=1)
+    res = s.generate(prompt, max_new_tokens=16)  # refresh: the new version's .ptd, written now
+    assert s.version == v1.name and res.token_ids == ref.token_ids and s.has_head
+    assert s.drafter.ptd.is_file() and s.drafter.ptd.parent.name == info.program_id
+    assert (s.drafter.prefill([1, 2, 3]).logits - before).abs().max() > 1e-3
