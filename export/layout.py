@@ -1,5 +1,5 @@
 """Where exported programs and per-target .ptd files live under $OMNIDRAFT_HOME:
-programs/<drafter>-<quant>-s<max_seq>/{program.pte, program.json, base.ptd} and
+programs/<drafter>-<quant>-s<max_seq>[-sv<k>]/{program.pte, program.json, base.ptd} and
 pairs/<pair>/executorch/<program_id>/<version>.ptd.
 
 Knows folder names only; the files' contents belong to lower.py and adapter_data.py.
@@ -16,15 +16,18 @@ from omnidraft.pairing import safe_name
 from .lower import ProgramInfo
 
 
-def program_dir(drafter: str, quant: str, max_seq: int) -> Path:
-    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}"
+def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0) -> Path:
+    sv = f"-sv{specvocab_k}" if specvocab_k else ""
+    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}{sv}"
 
 
-def find_program(drafter: str, quant: str, max_seq: int) -> Path:
-    d = program_dir(drafter, quant, max_seq)
+def find_program(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0) -> Path:
+    d = program_dir(drafter, quant, max_seq, specvocab_k)
     if not (d / "program.pte").is_file():
-        raise OmniDraftError(f"no exported {quant} program of {drafter} with max_seq {max_seq}",
-                             f"run `omnidraft export --drafter {drafter} --quant {quant} --max-seq {max_seq}`")
+        sv = f" --specvocab-k {specvocab_k}" if specvocab_k else ""
+        raise OmniDraftError(f"no exported {quant} program of {drafter} with max_seq {max_seq}"
+                             + (f" and SpecVocab k={specvocab_k}" if specvocab_k else ""),
+                             f"run `omnidraft export --drafter {drafter} --quant {quant} --max-seq {max_seq}{sv}`")
     return d
 
 

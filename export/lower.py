@@ -35,6 +35,7 @@ class ExportConfig:
     lora_alpha: float = 32.0  # as TrainConfig.alpha; other alphas are folded into B when writing a .ptd
     lora_targets: tuple[str, ...] = LORA_TARGETS
     head_width: int = 256
+    specvocab_k: int = 0  # > 0: the LM head as SpecVocab (ranking + exact logits on k candidates)
 
     def __post_init__(self):
         checks = [
@@ -45,6 +46,7 @@ class ExportConfig:
             (self.lora_alpha > 0, "lora_alpha", "> 0"),
             (len(self.lora_targets) > 0, "lora_targets", "non-empty"),
             (self.head_width >= 8, "head_width", ">= 8"),
+            (self.specvocab_k >= 0, "specvocab_k", ">= 0 (0 = the full LM head)"),
         ]
         for ok, name, want in checks:
             if not ok:
@@ -89,16 +91,17 @@ def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
                                          target_modules=list(cfg.lora_targets), lora_dropout=0.0))
 
 
-def quantize(lm: torch.nn.Module, quant: str, group_size: int) -> None:
+def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, ...] = ()) -> None:
     """In place: dynamic int8 activations with int8 (per channel) or int4 (per group) weights on
-    every base Linear; LoRA and head Linears stay fp32 (they live in the .ptd)."""
+    every base Linear; LoRA and head Linears stay fp32 (they live in the .ptd), as do modules
+    whose name ends with one of ``skip``."""
     if quant == "fp32":
         return
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     def base_linear(m: torch.nn.Module, fqn: str) -> bool:
-        if not isinstance(m, torch.nn.Linear) or is_adapter_param(fqn + "."):
+        if not isinstance(m, torch.nn.Linear) or is_adapter_param(fqn + ".") or fqn.endswith(skip):
             return False
         return quant == "8da8w" or m.weight.shape[1] % group_size == 0
 
@@ -186,15 +189,25 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
 
 
 def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
-                   log: Callable[[str], None] = print) -> ProgramInfo:
+                   log: Callable[[str], None] = print, ranker: torch.nn.Module | None = None) -> ProgramInfo:
     """Attach a zero LoRA adapter and an untrained acceptance head to ``lm`` (fp32 HF causal LM;
-    modified in place), quantise the base weights, and lower the result to ``out_dir``."""
+    modified in place), quantise the base weights, and lower the result to ``out_dir``.
+    With ``cfg.specvocab_k``: ``ranker`` (a trained SpecVocabHead; default its SVD initialisation)
+    ranks the vocabulary inside the program."""
     from omnidraft.acceptance import AcceptanceHead
 
+    if cfg.specvocab_k and ranker is None:
+        from omnidraft.specvocab import SpecVocabHead
+
+        ranker = SpecVocabHead(lm.get_output_embeddings().weight)
+    if cfg.specvocab_k and lm.config.tie_word_embeddings:  # the gathered rows need their own copy
+        lm.lm_head.weight = torch.nn.Parameter(lm.lm_head.weight.detach().clone())
     peft_model = with_adapter(lm, cfg)
     head = AcceptanceHead(lm.config.hidden_size, cfg.head_width)
-    program = DraftProgram(peft_model.get_base_model(), head, cfg.max_seq)
-    quantize(program, cfg.quant, cfg.group_size)  # base Linears (LoRA's base_layer, lm_head) only
+    program = DraftProgram(peft_model.get_base_model(), head, cfg.max_seq,
+                           ranker if cfg.specvocab_k else None, cfg.specvocab_k)
+    # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
+    quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else ())
     return lower(program, out_dir, cfg, log)
 
 

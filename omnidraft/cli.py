@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --drafter-runtime executorch: which exported program")
     gen.add_argument("--max-seq", type=int, default=1024, help="with --drafter-runtime executorch: "
                      "the program's cache length")
+    gen.add_argument("--specvocab-k", type=int, default=0, help="with --drafter-runtime executorch: "
+                     "the program exported with this SpecVocab k")
     gen.add_argument("--adapter-ptd", default=None, help="with --drafter-runtime executorch: a .ptd "
                      "from `omnidraft export-adapter` (default: the program's zero adapter)")
     _add_sampling(gen)
@@ -95,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
     ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
     ex.add_argument("--lora-rank", type=int, default=32)
+    ex.add_argument("--specvocab-k", type=int, default=0, help="> 0: SpecVocab LM head on this many "
+                    "candidates (the ranking at its SVD initialisation unless --ranker)")
+    ex.add_argument("--ranker", default=None, help="safetensors of a trained SpecVocab ranking (down, vocab)")
     ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")
     ex.add_argument("--threads", type=int, default=None)
     ea = sub.add_parser("export-adapter", help="write a pair's adapter + head as a .ptd for an "
@@ -173,11 +178,20 @@ def _cmd_export(args) -> int:
     from .loading import load_model, set_threads
 
     cfg = ExportConfig(drafter=args.drafter, quant=args.quant, max_seq=args.max_seq,
-                       lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank))
+                       lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k)
     set_threads(args.threads)
-    out = Path(args.out) if args.out else program_dir(args.drafter, args.quant, args.max_seq)
+    out = Path(args.out) if args.out else program_dir(args.drafter, args.quant, args.max_seq, args.specvocab_k)
     lm = load_model(args.drafter, dtype="fp32").model
-    export_drafter(lm, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
+    ranker = None
+    if args.ranker:
+        from safetensors.torch import load_file
+
+        from .specvocab import SpecVocabHead
+
+        state = load_file(args.ranker)
+        ranker = SpecVocabHead(lm.get_output_embeddings().weight, rank=state["down"].shape[1])
+        ranker.load_state_dict(state)
+    export_drafter(lm, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True), ranker=ranker)
     print(out)
     return 0
 
@@ -300,7 +314,8 @@ def _cmd_generate(args) -> int:
             from .device.runtime import ExecuTorchLM
             from .export.layout import find_program
 
-            drafter = ExecuTorchLM(find_program(dname, args.quant, args.max_seq), args.adapter_ptd, name=dname)
+            drafter = ExecuTorchLM(find_program(dname, args.quant, args.max_seq, args.specvocab_k),
+                                   args.adapter_ptd, name=dname)
         else:
             drafter = load_model(dname, dtype=args.dtype)
         pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size, persist=True,

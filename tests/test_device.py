@@ -175,3 +175,27 @@ def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smol
     assert s.version == v1.name and res.token_ids == ref.token_ids and s.has_head
     assert s.drafter.ptd.is_file() and s.drafter.ptd.parent.name == info.program_id
     assert (s.drafter.prefill([1, 2, 3]).logits - before).abs().max() > 1e-3
+
+
+def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.export.lower import ExportConfig, export_drafter
+    from omnidraft.specvocab import SpecVocabHead, SpecVocabLM
+
+    base = tiny("llama", vocab_len(smollm_tok), seed=3)
+    ranker = SpecVocabHead(base.get_output_embeddings().weight)
+    with torch.no_grad():  # a ranker unlike its SVD initialisation, as after training
+        ranker.down.add_(torch.randn_like(ranker.down) * 0.05)
+    eager = SpecVocabLM(copy.deepcopy(base), k=256)
+    eager.ranker.load_state_dict(ranker.state_dict())
+    cfg = ExportConfig(drafter="tiny-sv", quant="fp32", max_seq=32, lora_rank=4, lora_alpha=4,
+                       head_width=16, specvocab_k=256)
+    export_drafter(copy.deepcopy(base), tmp_path / "sv", cfg, log=lambda s: None, ranker=ranker)
+    lm = ExecuTorchLM(tmp_path / "sv")
+    ids = [5, 17, 300, 4000, 9]
+    out = lm.prefill(ids).logits[0]  # [V]
+    with torch.no_grad():
+        ref = eager(input_ids=torch.tensor([ids])).logits[0, -1]
+    assert torch.equal(torch.isinf(out), torch.isinf(ref)) and int((~torch.isinf(out)).sum()) == 256
+    keep = ~torch.isinf(ref)
+    assert (out[keep] - ref[keep]).abs().max() <= 1e-4
