@@ -68,15 +68,18 @@ class ExecuTorchLM:
             raise OmniDraftError(f"adapter file not found: {ptd}", "run `omnidraft export-adapter`")
         check_ptd(ptd, self.info)
         t0 = time.perf_counter()
+        # kernels the program calls outside XNNPACK: the LLM custom ops (KV-cache update,
+        # attention) and, for quantised programs, the quantised ops
+        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
         if self.info.config["quant"] != "fp32":
-            import executorch.kernels.quantized  # noqa: F401 - registers the quantised kernels
+            import executorch.kernels.quantized  # noqa: F401
         try:
             program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
             self.method = program.load_method("forward")
         except (RuntimeError, ValueError) as err:
             raise OmniDraftError(f"ExecuTorch could not load {self.dir / 'program.pte'} with {ptd}: {err}",
-                                 "re-export the program; quantised programs need executorch's "
-                                 "quantized kernels") from err
+                                 "re-export the program with this executorch version (it needs the "
+                                 "LLM custom ops and, when quantised, the quantized kernels)") from err
         self.program = program
         self.ptd = ptd
         self.tokens = []

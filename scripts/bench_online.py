@@ -16,11 +16,44 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+from pathlib import Path
 import resource
 import sys
 import time
 
 from benchio import save, stamp_report
+
+
+def render(report: dict, args) -> None:
+    """Write the markdown table and the learning-curve PNG of ``report``."""
+    md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
+          f"{report['drafter']} (fp32, trained) -> {report['target']} ({report['target_dtype']}), greedy, k={report['k']}, "
+          f"{report['max_new_tokens']} new tokens; train stream: HumanEval[:{report['train_problems']}], test: "
+          f"HumanEval[-{report['test_problems']}:]; `{report['command']}`", "",
+          "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
+    for r in report["rows"]:
+        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
+    md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
+                                              f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
+                                              f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
+    stem = save(args.out, "online", report, md)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for variant, curve in report["curves"].items():
+            ax.plot([c["step"] for c in curve], [c["acceptance_rate"] for c in curve], marker="o", label=variant)
+        ax.set_xlabel("update step")
+        ax.set_ylabel(f"acceptance rate ({args.curve_prompts} test prompts)")
+        ax.set_title(f"{report['drafter']} -> {report['target']}: online distillation")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(stem.with_suffix(".png"), dpi=120)
+    except ImportError:
+        print("matplotlib not installed: no learning-curve plot", file=sys.stderr)
 
 
 def main(argv=None) -> int:
@@ -40,7 +73,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-untrained", dest="untrained", action="store_false",
                     help="skip the untrained rows (e.g. when resuming)")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--from-partial", default=None, help="write the tables of an interrupted run "
+                    "from its partial-report.json (the rows finished so far) and exit")
     args = ap.parse_args(argv)
+    if args.from_partial:
+        render(json.loads(Path(args.from_partial).read_text()), args)
+        return 0
 
     from omnidraft.generate import generate_speculative
     from omnidraft.loading import load_model, load_tokenizer, set_threads
@@ -139,34 +177,7 @@ def main(argv=None) -> int:
         (rdir / "partial-report.json").write_text(json.dumps(report, indent=1))  # survives a kill
         del model, trainer
 
-    md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
-          f"{args.drafter} (fp32, trained) -> {args.target} ({args.target_dtype}), greedy, k={args.k}, "
-          f"{args.max_new_tokens} new tokens; train stream: HumanEval[:{args.train}], test: "
-          f"HumanEval[-{args.test}:]; `{report['command']}`", "",
-          "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
-    for r in report["rows"]:
-        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
-    md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
-                                              f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
-                                              f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
-    stem = save(args.out, "online", report, md)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for variant, curve in report["curves"].items():
-            ax.plot([c["step"] for c in curve], [c["acceptance_rate"] for c in curve], marker="o", label=variant)
-        ax.set_xlabel("update step")
-        ax.set_ylabel(f"acceptance rate ({args.curve_prompts} test prompts)")
-        ax.set_title(f"{args.drafter} -> {args.target}: online distillation")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(stem.with_suffix(".png"), dpi=120)
-    except ImportError:
-        log("matplotlib not installed: no learning-curve plot")
+    render(report, args)
     return 0
 
 

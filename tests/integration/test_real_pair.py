@@ -28,7 +28,8 @@ def test_generate_sensible_code(real_pair):
     assert "return" in out.text and "n" in out.text and out.text.startswith("\n")
 
 
-@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 10), ("tli", 10), ("slem", 4), ("dtw", 2)])
+@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 10), ("tli", 10), ("slem", 4), ("dtw", 2),
+                                              ("slrs", 2)])
 def test_greedy_equals_target_on_humaneval(real_pair, strategy, prompts):
     d, t, pair = real_pair
     totals = {"proposed": 0, "accepted": 0}
@@ -58,3 +59,24 @@ def test_rollback_real_models_all_architectures():
         with torch.no_grad():
             ref = lm.model(input_ids=torch.tensor([ids])).logits[0, n - 4:].float()
         assert (out - ref).abs().max().item() <= 1e-4, name
+
+
+def test_exported_fp32_drafter_on_the_real_pair(real_pair, tmp_path):
+    """The real SmolLM2-135M exported to an fp32 ExecuTorch program: logits match eager and the
+    speculative loop on it keeps the target's greedy output."""
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.export.lower import ExportConfig, export_drafter
+
+    d, t, pair = real_pair
+    export_drafter(load_model("smollm2-135m").model, tmp_path / "prog",
+                   ExportConfig(drafter="smollm2-135m", quant="fp32", max_seq=256), log=print)
+    lm = ExecuTorchLM(tmp_path / "prog")
+    ids = pair.draft_tok("def quicksort(arr):\n    if len(arr) <= 1:")["input_ids"]
+    diff = (lm.prefill(ids).logits[0] - d.prefill(ids).logits[0]).abs().max().item()
+    print(f"fp32 program vs eager: max logit diff {diff:.2e}")
+    assert diff <= 1e-3
+    for prompt in humaneval(limit=3):
+        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=NEW_TOKENS)
+        out = generate_speculative(lm, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
+                                   max_new_tokens=NEW_TOKENS)
+        assert out.token_ids == ref.token_ids, prompt
