@@ -157,7 +157,8 @@ def main(argv=None) -> int:
     if not args.no_e2e and runtimes:
         ttok = load_tokenizer(args.target)
         target = load_model(args.target, dtype=args.target_dtype)
-        pair = Pair(dtok, ttok, runtimes["eager fp32"].vocab_size, target.vocab_size)
+        # one Pair per runtime: each learns its own n-grams online, as a device would
+        pairs = {r: Pair(dtok, ttok, runtimes["eager fp32"].vocab_size, target.vocab_size) for r in runtimes}
         cfg = SpecConfig("omnidraft", k=args.k)
         tot = {r: {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "equal": 0} for r in ["ar", *runtimes]}
         for i, p in enumerate(prompts):
@@ -166,7 +167,7 @@ def main(argv=None) -> int:
             tot["ar"]["wall"] += ref.metrics["wall_s"]
             tot["ar"]["equal"] += 1
             for r, lm in runtimes.items():
-                res = generate_speculative(lm, target, pair, p, cfg=cfg, max_new_tokens=args.max_new_tokens)
+                res = generate_speculative(lm, target, pairs[r], p, cfg=cfg, max_new_tokens=args.max_new_tokens)
                 m = res.metrics
                 t = tot[r]
                 t["tokens"] += m["new_tokens"]
