@@ -289,6 +289,11 @@ def _cmd_generate(args) -> int:
     set_threads(args.threads)
     if args.verify is None:
         args.verify = "point-mass" if strategy in ("slem", "dtw") else "rejection"
+    program = None
+    if args.drafter_runtime == "executorch" and strategy != "ar":  # fail before loading models
+        from .export.layout import find_program
+
+        program = find_program(args.drafter or "smollm2-135m", args.quant, args.max_seq, args.specvocab_k)
     if args.target.startswith(("http://", "https://")):
         from .remote import FallbackTarget, RemoteTarget
         from .target import LocalTarget
@@ -310,12 +315,10 @@ def _cmd_generate(args) -> int:
     else:
         dname = args.drafter or "smollm2-135m"
         dtok = load_tokenizer(dname)
-        if args.drafter_runtime == "executorch":
+        if program is not None:
             from .device.runtime import ExecuTorchLM
-            from .export.layout import find_program
 
-            drafter = ExecuTorchLM(find_program(dname, args.quant, args.max_seq, args.specvocab_k),
-                                   args.adapter_ptd, name=dname)
+            drafter = ExecuTorchLM(program, args.adapter_ptd, name=dname)
         else:
             drafter = load_model(dname, dtype=args.dtype)
         pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size, persist=True,
