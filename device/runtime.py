@@ -20,7 +20,7 @@ from omnidraft.runtime import Forward, sync_prefix
 
 class ExecuTorchLM:
     """One loaded program. ``length`` tokens are in its static cache; a rollback only moves the
-    write position (the causal mask hides what lies beyond it).
+    write position (the program attends only to positions before the one it writes).
 
     ``extend`` returns the last position's logits [1, V], hidden state [1, H] and the head's
     P(accept) of the greedy next token [1]; a multi-token call needs ``last_only`` (the program
