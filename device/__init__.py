@@ -1,1 +1,2 @@
-"""On-device runtime (omnidraft.device): runs the exported drafter program. Filled in by the ExecuTorch issue."""
+"""On-device runtime (omnidraft.device): runtime.ExecuTorchLM runs the exported drafter program
+behind the eager drafter's interface, with a swappable per-target adapter .ptd."""

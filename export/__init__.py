@@ -1,1 +1,3 @@
-"""ExecuTorch export of the drafter (omnidraft.export). Filled in by the ExecuTorch issue."""
+"""ExecuTorch export of the drafter (omnidraft.export): program.py (the exportable module), lower.py
+(quantisation, torch.export, XNNPACK lowering), adapter_data.py (per-target .ptd files), layout.py
+(where programs live)."""
