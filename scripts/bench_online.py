@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 
-from benchio import save, stamp_report
+from benchio import records_dir, save, stamp_report, training_records
 
 
 def render(report: dict, args) -> None:
@@ -119,28 +119,10 @@ def main(argv=None) -> int:
                           test_problems=args.test, rows=[], curves={}, train_cost={})
     base_model = drafter.model
     t0 = time.perf_counter()
-    # Records are kept on disk as they are made (resumable; reused by later runs with the same
-    # models, problems and settings): greedy verification makes them independent of the drafter.
-    from omnidraft.home import subdir
-    from omnidraft.records import Record
-
-    rdir = subdir("bench-records", f"online-{args.drafter}-{args.target}-{args.target_dtype}-"
-                                   f"k{args.k}-n{args.max_new_tokens}")
-    records = []
-    for i, p in enumerate(train):
-        path = rdir / f"{i:04d}.record"
-        if path.is_file():
-            records.append(Record.from_bytes(path.read_bytes()))
-            continue
-        pair.cache = copy.deepcopy(seeded)
-        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
-                                 max_new_tokens=args.max_new_tokens, record_topk=64)
-        records.append(r.record)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(r.record.to_bytes())
-        tmp.replace(path)
-        if i % 20 == 19:
-            log(f"recorded {i + 1}/{len(train)} training generations")
+    records = training_records(drafter, target, pair, train, drafter_name=args.drafter,
+                               target_name=args.target, target_dtype=args.target_dtype, k=args.k,
+                               max_new_tokens=args.max_new_tokens, log=log)
+    rdir = records_dir(args.drafter, args.target, args.target_dtype, args.k, args.max_new_tokens)
     report["record_seconds"] = round(time.perf_counter() - t0, 1)
     report["record_bytes_mean"] = round(sum(len(r.to_bytes()) for r in records) / len(records))
 

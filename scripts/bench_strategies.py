@@ -15,12 +15,11 @@ Example:
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import time
 
 from bench_speculative import NEAR_TIE, aggregate, first_divergence
-from benchio import save, stamp_report
+from benchio import save, stamp_report, training_records
 
 
 def main(argv=None) -> int:
@@ -46,11 +45,9 @@ def main(argv=None) -> int:
     from omnidraft.acceptance import AcceptanceHead, HeadConfig
     from omnidraft.generate import generate_ar, generate_speculative
     from omnidraft.head_trainer import HeadTrainer
-    from omnidraft.home import subdir
     from omnidraft.loading import load_model, load_tokenizer, set_threads
     from omnidraft.pair import Pair
     from omnidraft.prompts import humaneval
-    from omnidraft.records import Record
     from omnidraft.runtime import CausalLM
     from omnidraft.speculative import SpecConfig
     from omnidraft.specvocab import SpecVocabHead, SpecVocabLM, pretrain_ranker
@@ -67,26 +64,15 @@ def main(argv=None) -> int:
     drafter = load_model(args.drafter, dtype="fp32")
     target = load_model(args.target, dtype=args.dtype)
     pair0 = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
-    seeded = copy.deepcopy(pair0.cache)
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.dtype,
                           k=args.k, gamma=args.gamma, max_k=args.max_k, k_vocab=args.k_vocab,
                           max_new_tokens=args.max_new_tokens, test_prompts=test, results=[])
 
     # the acceptance head: offline on training-stream records (HumanEval problems before the test)
     t0 = time.perf_counter()
-    rdir = subdir("bench-records", f"online-{args.drafter}-{args.target}-{args.dtype}-k4-n48")
-    records = []
-    for i, p in enumerate(problems[: args.head_records]):
-        path = rdir / f"{i:04d}.record"
-        if path.is_file():
-            records.append(Record.from_bytes(path.read_bytes()))
-            continue
-        pair0.cache = copy.deepcopy(seeded)
-        r = generate_speculative(drafter, target, pair0, p, cfg=SpecConfig("omnidraft", k=4),
-                                 max_new_tokens=48, record_topk=64).record
-        records.append(r)
-        path.with_suffix(".tmp").write_bytes(r.to_bytes())
-        path.with_suffix(".tmp").replace(path)
+    records = training_records(drafter, target, pair0, problems[: args.head_records],
+                               drafter_name=args.drafter, target_name=args.target, target_dtype=args.dtype,
+                               k=4, max_new_tokens=48)  # the online benchmark's records when present
     hcfg = HeadConfig(gamma=args.gamma, max_k=args.max_k, labels="greedy")
     trainer = HeadTrainer(AcceptanceHead(drafter.config.hidden_size, hcfg.width), drafter.model, hcfg)
     hist = trainer.fit(records, args.head_epochs)

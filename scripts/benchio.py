@@ -32,3 +32,43 @@ def save(out: str | Path, name: str, report: dict, md: list[str]) -> Path:
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return stem
+
+
+def records_dir(drafter_name: str, target_name: str, target_dtype: str, k: int, max_new_tokens: int) -> Path:
+    """Where the training records of one (models, settings) combination are kept."""
+    from omnidraft.home import subdir
+
+    return subdir("bench-records", f"online-{drafter_name}-{target_name}-{target_dtype}-k{k}-n{max_new_tokens}")
+
+
+def training_records(drafter, target, pair, prompts: list[str], *, drafter_name: str, target_name: str,
+                     target_dtype: str, k: int, max_new_tokens: int, log=None) -> list:
+    """Training records of greedy omnidraft generations over ``prompts``, each starting from the
+    pair's current (seeded) n-gram cache. Kept on disk as they are made under
+    $OMNIDRAFT_HOME/bench-records (resumable, and shared by every benchmark with the same models
+    and settings): greedy verification makes them independent of the drafter's training."""
+    import copy
+
+    from omnidraft.generate import generate_speculative
+    from omnidraft.records import Record
+    from omnidraft.speculative import SpecConfig
+
+    rdir = records_dir(drafter_name, target_name, target_dtype, k, max_new_tokens)
+    seeded = copy.deepcopy(pair.cache)
+    records = []
+    for i, p in enumerate(prompts):
+        path = rdir / f"{i:04d}.record"
+        if path.is_file():
+            records.append(Record.from_bytes(path.read_bytes()))
+            continue
+        pair.cache = copy.deepcopy(seeded)
+        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=k),
+                                 max_new_tokens=max_new_tokens, record_topk=64).record
+        records.append(r)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(r.to_bytes())
+        tmp.replace(path)
+        if log and i % 20 == 19:
+            log(f"recorded {i + 1}/{len(prompts)} training generations")
+    pair.cache = seeded
+    return records
