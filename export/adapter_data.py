@@ -1,5 +1,7 @@
 """Per-target .ptd files: the LoRA and acceptance-head weights of one published adapter version,
-keyed by the exported program's parameter names, so one program serves every target.
+stored under the keys the exported program reads them by (its parameter name where the portable
+kernels read a tensor, the content key program.json records where XNNPACK does), so one program
+serves every target.
 
 Knows the FlatTensor (.ptd) format, peft's saved adapter layout and program.json; nothing about
 exporting or running programs.
@@ -8,6 +10,7 @@ exporting or running programs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -34,24 +37,44 @@ def read_ptd_keys(path: Path) -> dict[str, list]:
     names, out = _dtype_names(), {}
     for key, entry in payload.named_data.items():
         lay = entry.tensor_layout
-        out[key] = [list(lay.sizes), names.get(int(lay.scalar_type), str(lay.scalar_type))]
+        if lay is None:  # raw bytes (a delegate's constant): only its size is known
+            out[key] = [[len(payload.buffers[entry.buffer_index])], "bytes"]
+        else:
+            out[key] = [list(lay.sizes), names.get(int(lay.scalar_type), str(lay.scalar_type))]
     return out
+
+
+def expected_entries(info: ProgramInfo) -> dict[str, list]:
+    """{.ptd key: [shape, dtype name]} the program reads; raw entries as [[nbytes], "bytes"]."""
+    out = {}
+    for name, keys in info.ptd_keys.items():
+        shape, dtype = info.adapter_keys[name]
+        for key in keys:
+            out[key] = [shape, dtype] if key == name else [[4 * math.prod(shape)], "bytes"]
+    return out
+
+
+def ptd_entries(tensors: dict[str, torch.Tensor], ptd_keys: dict[str, list]) -> tuple[dict, set]:
+    """Adapter tensors by FQN -> ({.ptd key: tensor}, the keys to write as raw bytes)."""
+    entries = {key: tensors[name] for name, keys in ptd_keys.items() for key in keys}
+    return entries, {key for name, keys in ptd_keys.items() for key in keys if key != name}
 
 
 def check_ptd(path: Path, info: ProgramInfo) -> None:
     """Raise unless the .ptd at ``path`` holds exactly the tensors ``info``'s program reads."""
-    got = read_ptd_keys(path)
-    missing = sorted(set(info.adapter_keys) - set(got))
-    wrong = sorted(k for k in info.adapter_keys if k in got and got[k] != info.adapter_keys[k])
+    got, want = read_ptd_keys(path), expected_entries(info)
+    missing = sorted(set(want) - set(got))
+    wrong = sorted(k for k in want if k in got and got[k] != want[k])
     if missing or wrong:
         what = (f"{len(missing)} tensors missing (e.g. {missing[0]})" if missing
-                else f"{wrong[0]} is {got[wrong[0]]}, the program wants {info.adapter_keys[wrong[0]]}")
+                else f"{wrong[0]} is {got[wrong[0]]}, the program wants {want[wrong[0]]}")
         raise OmniDraftError(f"{path} was made for another program ({what})",
                              f"write one for program {info.program_id} with `omnidraft export-adapter`")
 
 
-def write_ptd(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Write ``tensors`` (name -> fp32 tensor) as a .ptd, atomically."""
+def write_ptd(tensors: dict[str, torch.Tensor], raw: set[str], path: Path) -> None:
+    """Write ``tensors`` (key -> fp32 tensor) as a .ptd, atomically; keys in ``raw`` as bare
+    bytes (how XNNPACK reads its constants), the others with their tensor layout."""
     from executorch.exir._serialize.data_serializer import DataEntry, DataPayload
     from executorch.exir.tensor_layout import TensorLayout
     from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
@@ -60,7 +83,8 @@ def write_ptd(tensors: dict[str, torch.Tensor], path: Path) -> None:
     for i, (key, t) in enumerate(sorted(tensors.items())):
         t = t.detach().contiguous()
         buffers.append(t.numpy().tobytes())
-        named[key] = DataEntry(buffer_index=i, alignment=16, tensor_layout=TensorLayout.from_tensor(t))
+        named[key] = DataEntry(buffer_index=i, alignment=16,
+                               tensor_layout=None if key in raw else TensorLayout.from_tensor(t))
     cord = FlatTensorSerializer().serialize(DataPayload(buffers=buffers, named_data=named))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -110,7 +134,7 @@ def adapter_tensors(version_dir: Path, info: ProgramInfo) -> dict[str, torch.Ten
 
 def export_adapter(version_dir: Path, info: ProgramInfo, path: Path) -> Path:
     """Write the .ptd of one adapter version for one program and check it against the program."""
-    write_ptd(adapter_tensors(version_dir, info), path)
+    write_ptd(*ptd_entries(adapter_tensors(version_dir, info), info.ptd_keys), path)
     check_ptd(path, info)
     return path
 

@@ -2,6 +2,12 @@
 to XNNPACK with the per-target LoRA and head weights kept outside the delegate, and write
 program.pte + base.ptd (the zero adapter) + program.json (what the .ptd must hold).
 
+By default the adapter's matmuls run inside XNNPACK while their weights stay in the .ptd: XNNPACK
+looks its external constants up by a content key (sha256), so the export fills every adapter
+tensor with distinct random values, records each one's key in program.json (``ptd_keys``) and
+then writes the real zero adapter under those keys; a later .ptd stores its tensors under the
+same keys. ``delegate_adapter=False`` keeps the adapter ops outside the delegate (name-keyed).
+
 Knows torch.export, torchao and the ExecuTorch lowering APIs; nothing about pairs or decoding.
 """
 
@@ -22,7 +28,7 @@ from .program import DraftProgram, is_adapter_param
 
 QUANTS = ("fp32", "8da8w", "8da4w")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class ExportConfig:
     lora_targets: tuple[str, ...] = LORA_TARGETS
     head_width: int = 256
     specvocab_k: int = 0  # > 0: the LM head as SpecVocab (ranking + exact logits on k candidates)
+    delegate_adapter: bool = True  # adapter matmuls inside XNNPACK (weights still in the .ptd)
 
     def __post_init__(self):
         checks = [
@@ -62,7 +69,8 @@ class ProgramInfo:
     vocab_size: int
     hidden_size: int
     max_seq: int
-    adapter_keys: dict[str, list]  # FQN -> [shape list, dtype name]
+    adapter_keys: dict[str, list]  # FQN -> [shape list, dtype name]: every adapter tensor
+    ptd_keys: dict[str, list]  # FQN -> the .ptd keys that carry its bytes (its FQN, its content key)
     format: int = FORMAT
     export_seconds: float = 0.0
     pte_bytes: int = 0
@@ -147,45 +155,82 @@ def _skip_adapter_ops(check: Callable) -> Callable:
 def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
           log: Callable[[str], None] = print) -> ProgramInfo:
     """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    adapter = {n: t for n, t in [*program.named_parameters(), *program.named_buffers()] if is_adapter_param(n)}
+    real = {n: t.detach().clone() for n, t in adapter.items()}  # the zero adapter, for base.ptd
+    if cfg.delegate_adapter:
+        _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
     ids = torch.zeros(1, 4, dtype=torch.long)  # [1, T]
     pos = torch.zeros(1, dtype=torch.long)  # [1]
     seq = torch.export.Dim("T", min=1, max=cfg.max_seq)
     log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], max_seq {cfg.max_seq}")
     with torch.no_grad():
         ep = torch.export.export(program, (ids, pos), dynamic_shapes=({1: seq}, None), strict=True)
+    fqns = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
+    for node in ep.graph.nodes:  # XNNPACK writes constants tagged so to the .ptd, not the .pte
+        if node.op == "placeholder" and is_adapter_param(fqns.get(node.name, "")):
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = "base"
     log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
-    edge = to_edge_transform_and_lower(ep, partitioner=[_adapter_free_partitioner()])
+    partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     sig = edge.exported_program().graph_signature
     fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
-    external = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}
+    by_name = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}  # read outside the delegate
     et = edge.to_executorch(ExecutorchBackendConfig(
-        external_constants=lambda node: "base" if node.name in external else None))
+        external_constants=lambda node: "base" if node.name in by_name else None))
     tmp = out_dir / "program.pte.tmp"
     tmp.write_bytes(et.buffer)
-    et.write_tensor_data_to_file(str(out_dir))  # base.ptd
-    expected = {n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
-                for n, t in [*program.named_parameters(), *program.named_buffers()] if is_adapter_param(n)}
-    from .adapter_data import read_ptd_keys
-
+    et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
     got = read_ptd_keys(out_dir / "base.ptd")
-    missing = sorted(set(expected) - set(got))
+    in_pte = set(getattr(getattr(et, "_named_data", None), "pte_data", None) or {})
+    ptd_keys: dict[str, list] = {}
+    for name, t in adapter.items():
+        content = _content_key(t) if cfg.delegate_adapter else None
+        if content in in_pte:
+            raise OmniDraftError(f"export: XNNPACK baked adapter weight {name} into the .pte",
+                                 "this program could not swap adapters")
+        ptd_keys[name] = [k for k in (name, content) if k in got]
+    missing = sorted(n for n, keys in ptd_keys.items() if not keys)
     if missing:  # constant folding can silently fold an adapter weight into the program
         raise OmniDraftError(f"export: {len(missing)} adapter weights did not reach the .ptd "
                              f"(e.g. {missing[0]})", "this program could not swap adapters")
+    with torch.no_grad():
+        for name, t in adapter.items():
+            t.copy_(real[name])
+    write_ptd(*ptd_entries(real, ptd_keys), out_dir / "base.ptd")
     tmp.replace(out_dir / "program.pte")
     info = ProgramInfo(
         program_id=hashlib.sha256(et.buffer).hexdigest()[:16], config=asdict(cfg),
         vocab_size=int(program.lm.config.vocab_size), hidden_size=int(program.lm.config.hidden_size),
-        max_seq=cfg.max_seq, adapter_keys=expected, export_seconds=round(time.perf_counter() - t0, 1),
+        max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
+                                           for n, t in adapter.items()},
+        ptd_keys=ptd_keys, export_seconds=round(time.perf_counter() - t0, 1),
         pte_bytes=len(et.buffer), versions=_versions())
     info.save(out_dir / "program.json")
+    n_del = sum(1 for keys in ptd_keys.values() if any(k not in adapter for k in keys))
     log(f"export: wrote {out_dir / 'program.pte'} ({len(et.buffer) / 2**20:.1f} MiB) and base.ptd "
-        f"({len(expected)} adapter tensors) in {info.export_seconds:.0f} s")
+        f"({len(adapter)} adapter tensors, {n_del} read inside XNNPACK) in {info.export_seconds:.0f} s")
     return info
+
+
+def _make_distinct(tensors: dict[str, torch.Tensor]) -> None:
+    """In place: distinct random values in every floating tensor (export time only)."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for t in tensors.values():
+            if t.is_floating_point() and t.numel():
+                t.copy_(torch.randn(t.shape, generator=gen, dtype=t.dtype) * 0.02)
+
+
+def _content_key(t: torch.Tensor) -> str:
+    """The key XNNPACK gives a constant: sha256 of its bytes (fp32, row-major)."""
+    return hashlib.sha256(t.detach().contiguous().numpy().tobytes()).hexdigest()
 
 
 def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,

@@ -5,6 +5,9 @@ hidden state and the acceptance head's P(accept) for the greedy next token.
 Attention runs on ExecuTorch's LLM custom ops (``llama::update_cache`` writes the new keys and
 values into the cache in place, ``llama::custom_sdpa`` attends only to positions <= the query's),
 so a decode step costs what the filled part of the cache costs, not the whole static length.
+Llama-family drafters (llama, qwen2) run a layer loop written for XNNPACK (``decoder_layers``:
+no reshape with a symbolic size, RMSNorm's mean over a 4-D tensor's inner dims, RoPE's
+rotate-half as a fixed matmul), so each layer is a few delegate calls instead of a dozen.
 Knows the Hugging Face model, its (peft) LoRA layers and the acceptance head; nothing about
 lowering, files or the decode loop.
 """
@@ -12,12 +15,16 @@ lowering, files or the decode loop.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from omnidraft.errors import OmniDraftError
 
 # Parameter names that belong to the per-target part of the program (LoRA and head): they stay
 # outside the XNNPACK partition and go to the swappable .ptd file.
 ADAPTER_MARKERS = ("lora_A", "lora_B", "accept_head.")
 ATTENTION = "omnidraft_et_sdpa"
+LLAMA_FAMILY = ("llama", "qwen2")  # decoder layers the XNNPACK-shaped loop reproduces exactly
 
 
 def is_adapter_param(name: str) -> bool:
@@ -38,6 +45,15 @@ def _register_attention() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION, _et_attention)
+
+
+def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Llama's RMSNorm of x [1, T, H] with the mean taken over a [T, 1, 1, H] view (the only
+    mean XNNPACK runs). Returns [1, T, H]."""
+    size = x.shape[-1]
+    x4 = x.reshape(-1, 1, 1, size)  # [T, 1, 1, H]
+    var = (x4 * x4).mean((2, 3), keepdim=True)  # [T, 1, 1, 1]
+    return (x4 * torch.rsqrt(var + norm.variance_epsilon)).reshape(1, -1, size) * norm.weight
 
 
 class StaticKV(nn.Module):
@@ -87,9 +103,47 @@ class DraftProgram(nn.Module):
         self.k_vocab = k_vocab
         self.max_seq = max_seq
         config = lm.config.get_text_config()
+        window = getattr(config, "sliding_window", None)
+        if window and max_seq > window and ("sliding_attention" in (getattr(config, "layer_types", None) or [])
+                                             or getattr(config, "use_sliding_window", False)):
+            raise OmniDraftError(f"{config.model_type}: sliding-window attention (window {window}) is not "
+                                 f"exportable with max_seq {max_seq}", f"use --max-seq <= {window}")
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.kv = StaticKV(config.num_hidden_layers, max_seq, config.num_key_value_heads, head_dim,
                            next(lm.parameters()).dtype)
+        self.n_heads, self.n_kv, self.head_dim = config.num_attention_heads, config.num_key_value_heads, head_dim
+        rot = None  # [D, D]: rotate_half(x) == F.linear(x, rot); None: the Hugging Face layers
+        layer0 = lm.model.layers[0]
+        if config.model_type in LLAMA_FAMILY and not hasattr(layer0.self_attn, "q_norm"):
+            half = head_dim // 2
+            rot = torch.zeros(head_dim, head_dim)
+            rot[torch.arange(half), torch.arange(half) + half] = -1.0
+            rot[torch.arange(half) + half, torch.arange(half)] = 1.0
+        self.register_buffer("rot", rot, persistent=False)
+
+    def _llama_layers(self, ids: torch.Tensor, positions: torch.Tensor, start) -> torch.Tensor:
+        """The decoder on ids [1, T] at positions [1, T] -> final-norm hidden states [1, T, H].
+        The same arithmetic as the Hugging Face layers, in shapes XNNPACK takes whole."""
+        model = self.lm.model
+        h = model.embed_tokens(ids)  # [1, T, H]
+        cos, sin = model.rotary_emb(h, positions)  # [1, T, D] each
+        cos = cos.reshape(1, -1, 1, self.head_dim)  # [1, T, 1, D]
+        sin = sin.reshape(1, -1, 1, self.head_dim)
+        for i, layer in enumerate(model.layers):
+            attn = layer.self_attn
+            x = _rms_norm(layer.input_layernorm, h)
+            q = attn.q_proj(x).reshape(1, -1, self.n_heads, self.head_dim)  # [1, T, Hq, D]
+            k = attn.k_proj(x).reshape(1, -1, self.n_kv, self.head_dim)  # [1, T, Hkv, D]
+            v = attn.v_proj(x).reshape(1, -1, self.n_kv, self.head_dim)
+            q = q * cos + F.linear(q, self.rot) * sin
+            k = k * cos + F.linear(k, self.rot) * sin
+            kc, vc = getattr(self.kv, f"k_{i}"), getattr(self.kv, f"v_{i}")  # [1, max_seq, Hkv, D]
+            torch.ops.llama.update_cache(k, kc, start)
+            torch.ops.llama.update_cache(v, vc, start)
+            o = torch.ops.llama.custom_sdpa(q, kc, vc, start, None, 0.0, True, attn.scaling)  # [1, T, Hq, D]
+            h = h + attn.o_proj(o.reshape(1, -1, self.n_heads * self.head_dim))
+            h = h + layer.mlp(_rms_norm(layer.post_attention_layernorm, h))
+        return _rms_norm(model.norm, h)
 
     def forward(self, ids: torch.Tensor, pos: torch.Tensor):
         start = pos[0].item()
@@ -97,9 +151,12 @@ class DraftProgram(nn.Module):
         torch._check(start + ids.shape[1] <= self.max_seq)
         self.kv.start_pos = start
         positions = (torch.arange(ids.shape[1]) + pos[0]).unsqueeze(0)  # [1, T]
-        out = self.lm.model(input_ids=ids, position_ids=positions, past_key_values=self.kv,
-                            use_cache=True, et_start_pos=start)
-        hidden = out.last_hidden_state[:, -1, :]  # [1, H], after the final norm
+        if self.rot is not None:
+            hidden = self._llama_layers(ids, positions, start)[:, -1, :]  # [1, H], after the final norm
+        else:
+            out = self.lm.model(input_ids=ids, position_ids=positions, past_key_values=self.kv,
+                                use_cache=True, et_start_pos=start)
+            hidden = out.last_hidden_state[:, -1, :]  # [1, H], after the final norm
         if self.specvocab_ranker is None:
             logits = self.lm.lm_head(hidden).float()  # [1, V]
         else:

@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--specvocab-k", type=int, default=0, help="> 0: SpecVocab LM head on this many "
                     "candidates (the ranking at its SVD initialisation unless --ranker)")
     ex.add_argument("--ranker", default=None, help="safetensors of a trained SpecVocab ranking (down, vocab)")
+    ex.add_argument("--adapter-outside-xnnpack", action="store_true", help="run the LoRA/head ops on the "
+                    "portable kernels (slower; their .ptd is keyed by parameter name only)")
     ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")
     ex.add_argument("--threads", type=int, default=None)
     ea = sub.add_parser("export-adapter", help="write a pair's adapter + head as a .ptd for an "
@@ -178,7 +180,8 @@ def _cmd_export(args) -> int:
     from .loading import load_model, set_threads
 
     cfg = ExportConfig(drafter=args.drafter, quant=args.quant, max_seq=args.max_seq,
-                       lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k)
+                       lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
+                       delegate_adapter=not args.adapter_outside_xnnpack)
     set_threads(args.threads)
     out = Path(args.out) if args.out else program_dir(args.drafter, args.quant, args.max_seq, args.specvocab_k)
     lm = load_model(args.drafter, dtype="fp32").model

@@ -90,6 +90,10 @@ def main(argv=None) -> int:
     ap.add_argument("--confidence", type=float, default=0.4, help="also run rows that stop drafting "
                     "below this drafter probability (0 to skip); HF assisted uses 0.4")
     ap.add_argument("--confidence-k", type=int, default=10, help="maximum draft length for those rows")
+    ap.add_argument("--executorch", nargs="*", default=[], metavar="QUANT",
+                    help="also run each strategy at each k with the drafter as this exported program "
+                         "(fp32, 8da8w, 8da4w; `omnidraft export` first)")
+    ap.add_argument("--max-seq", type=int, default=1024, help="the exported program's cache length")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
@@ -105,6 +109,13 @@ def main(argv=None) -> int:
             "chat": (CHAT_PROMPTS[: args.chat], True)}
     dtok = load_tokenizer(args.drafter)
     drafter = load_model(args.drafter, dtype=args.dtype)
+    drafters = {"eager": drafter}
+    if args.executorch:
+        from omnidraft.device.runtime import ExecuTorchLM
+        from omnidraft.export.layout import find_program
+
+        for q in args.executorch:
+            drafters[q] = ExecuTorchLM(find_program(args.drafter, q, args.max_seq), name=args.drafter)
     report = stamp_report(drafter=args.drafter, dtype=args.dtype, threads=args.threads,
                           max_new_tokens=args.max_new_tokens, greedy=True,
                           prompts={k: v[0] for k, v in sets.items()}, results=[])
@@ -115,18 +126,18 @@ def main(argv=None) -> int:
         for set_name, (prompts, chat) in sets.items():
             # Interleaved: each prompt runs every configuration back to back, so load drift on a
             # shared machine hits all rows alike. Each speculative row keeps its own n-gram cache.
-            configs = [("ar", None, None)]
-            configs += [(s, k, None) for s in args.strategies for k in args.ks]
-            configs += [(s, args.confidence_k, args.confidence) for s in args.strategies if args.confidence]
+            configs = [("ar", None, None, None)]
+            configs += [(s, k, None, rt) for rt in drafters for s in args.strategies for k in args.ks]
+            configs += [(s, args.confidence_k, args.confidence, "eager") for s in args.strategies if args.confidence]
             if not args.no_hf:
-                configs.append(("hf", None, None))
+                configs.append(("hf", None, None, None))
             pairs = {c: Pair(dtok, ttok, drafter.vocab_size, target.vocab_size) for c in configs
                      if c[0] not in ("ar", "hf")}
             runs: dict[tuple, list[dict]] = {c: [] for c in configs}
             for n, p in enumerate(prompts):
                 pids = encode_prompt(ttok, p, chat=chat)
                 for c in configs:
-                    strategy, k, conf = c
+                    strategy, k, conf, rt = c
                     if strategy == "ar":
                         r = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
                         run = {**r.metrics, "token_ids": r.token_ids}
@@ -136,7 +147,7 @@ def main(argv=None) -> int:
                         ids = ids[: next((i + 1 for i, t in enumerate(ids) if t in stop), len(ids))]
                         run = {"new_tokens": len(ids), "wall_s": secs, "token_ids": ids}
                     else:
-                        r = generate_speculative(drafter, target, pairs[c], p,
+                        r = generate_speculative(drafters[rt], target, pairs[c], p,
                                                  cfg=SpecConfig(strategy, k=k, confidence=conf),
                                                  max_new_tokens=args.max_new_tokens, chat=chat)
                         run = {**r.metrics, "token_ids": r.token_ids,
@@ -148,14 +159,15 @@ def main(argv=None) -> int:
                 print(f"[{tname} {set_name}] prompt {n + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
             ar_runs = runs[configs[0]]
             for c in configs:
-                strategy, k, conf = c
+                strategy, k, conf, rt = c
                 row = aggregate(runs[c], None if strategy == "ar" else ar_runs)
                 if strategy == "ar":
                     row.update(strategy="ar", k=None, speedup_vs_ar=1.0)
                 elif strategy == "hf":
                     row.update(strategy="hf-assisted (UAG)", k="dynamic")
                 else:
-                    row.update(strategy=strategy if conf is None else f"{strategy} (stop below p={conf})",
+                    name = strategy if conf is None else f"{strategy} (stop below p={conf})"
+                    row.update(strategy=name if rt == "eager" else f"{name} [drafter .pte {rt}]",
                                k=k if conf is None else f"<={k}", ngram_cache_entries=len(pairs[c].cache),
                                ngram_learned=pairs[c].cache.learned)
                 report["results"].append({"target": tname, "set": set_name, **row})

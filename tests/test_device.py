@@ -3,6 +3,7 @@ different adapters swapped in as .ptd files without re-exporting, the speculativ
 keeps the target's greedy output, and bad inputs get clear errors."""
 
 import copy
+import dataclasses
 import shutil
 
 import pytest
@@ -44,6 +45,9 @@ def exported(smollm_tok, tmp_path_factory):
     root = tmp_path_factory.mktemp("et")
     cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32)
     info = export_drafter(copy.deepcopy(base), root / "prog", cfg, log=lambda s: None)
+    # the same with the adapter ops left to the portable kernels (its .ptd keyed by name only)
+    export_drafter(copy.deepcopy(base), root / "prog-portable",
+                   dataclasses.replace(cfg, delegate_adapter=False), log=lambda s: None)
     versions = []
     for seed in (1, 2):  # trained with alpha 8 (not the program's 16): B is rescaled in the .ptd
         pm = attach_lora(copy.deepcopy(base), TrainConfig(rank=8, alpha=8))
@@ -52,21 +56,31 @@ def exported(smollm_tok, tmp_path_factory):
     return base, root, info, versions
 
 
-def _ptd(root, info, version: str):
+def _ptd(root, info, version: str, prog: str = "prog"):
     from omnidraft.export.adapter_data import export_adapter
 
-    return export_adapter(root / "store" / "tiny--t" / version, info, root / f"{version}.ptd")
+    return export_adapter(root / "store" / "tiny--t" / version, info, root / f"{prog}-{version}.ptd")
 
 
-def test_program_matches_eager_with_swapped_adapters(exported):
+def test_adapter_matmuls_run_inside_xnnpack(exported):
+    """By default every LoRA weight is read by XNNPACK through its content key in the .ptd."""
+    _, root, info, _ = exported
+    lora = [n for n in info.adapter_keys if ".lora_" in n]
+    assert lora and all(info.ptd_keys[n] != [n] for n in lora)
+
+
+@pytest.mark.parametrize("prog", ["prog", "prog-portable"])
+def test_program_matches_eager_with_swapped_adapters(exported, prog):
     from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.export.lower import ProgramInfo
 
-    base, root, info, versions = exported
-    lm = ExecuTorchLM(root / "prog")
+    base, root, _, versions = exported
+    lm = ExecuTorchLM(root / prog)
+    info = ProgramInfo.load(root / prog / "program.json")
     ids = [int(x) for x in torch.randint(0, 40000, (12,), generator=torch.Generator().manual_seed(0))]
     for i, (pm, head) in enumerate([(None, None), *versions]):
         if pm is not None:
-            lm.load_adapter(_ptd(root, info, f"v000{i}"))
+            lm.load_adapter(_ptd(root, info, f"v000{i}", prog))
         ref_model = base if pm is None else pm
         with torch.no_grad():
             ref = ref_model(torch.tensor([ids])).logits[0]  # [12, V]
@@ -134,7 +148,7 @@ def test_clear_errors(exported, tmp_path):
         for t in range(10):  # decoding past the cache
             lm.extend([t + 1])
     other = tmp_path / "other.ptd"
-    write_ptd({"lm.model.layers.0.self_attn.q_proj.lora_A.default.weight": torch.zeros(4, 64)}, other)
+    write_ptd({"lm.model.layers.0.self_attn.q_proj.lora_A.default.weight": torch.zeros(4, 64)}, set(), other)
     with pytest.raises(OmniDraftError, match="made for another program"):
         lm.load_adapter(other)
     (tmp_path / "junk.ptd").write_bytes(b"not a ptd at all" * 4)
@@ -199,3 +213,24 @@ def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
     assert torch.equal(torch.isinf(out), torch.isinf(ref)) and int((~torch.isinf(out)).sum()) == 256
     keep = ~torch.isinf(ref)
     assert (out[keep] - ref[keep]).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_program_layers_equal_hugging_face(arch):
+    """The program's XNNPACK-shaped layer loop (llama, qwen2) or the Hugging Face layers on the
+    custom ops (others) give the model's own logits, at prefill and at each decode step."""
+    from omnidraft.acceptance import AcceptanceHead
+    from omnidraft.export.program import DraftProgram
+
+    lm = tiny(arch, 300, seed=3, **({"sliding_window": 32} if arch == "gemma3" else {}))
+    ids = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = lm(ids).logits[0]  # [10, V]
+        prog = DraftProgram(copy.deepcopy(lm), AcceptanceHead(64, 16), max_seq=32)
+        assert (prog.rot is not None) == (arch != "gemma3")
+        out = [prog(ids[:, :7], torch.tensor([0]))[0][0]]
+        out += [prog(ids[:, j:j + 1], torch.tensor([j]))[0][0] for j in range(7, 10)]
+    assert (torch.stack(out) - ref[6:]).abs().max() <= 1e-4
+    if arch == "gemma3":  # a window shorter than the cache: refused, not silently wrong
+        with pytest.raises(OmniDraftError, match="sliding-window"):
+            DraftProgram(tiny(arch, 300, sliding_window=8), AcceptanceHead(64, 16), max_seq=32)
