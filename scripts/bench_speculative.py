@@ -190,7 +190,7 @@ def main(argv=None) -> int:
                   f"{'' if r['equal_to_ar'] is None else str(r['equal_to_ar']) + '/' + str(r['prompts'])} |")
     gaps = [d["top2_gap"] for r in report["results"] for d in r.get("divergences") or []]
     md += ["", f"Outputs that differ from ar: {len(gaps)}; top-2 logit gap of the target at the first "
-           f"divergence: {sorted(gaps)} (a near-tie when below {NEAR_TIE} in {args.dtype})."]
+           f"divergence: {sorted(gaps)} (a near-tie when at most {NEAR_TIE} in {args.dtype}: one rounding step for logits in 32..64)."]
     save(args.out, "speculative", report, md)
     return 0
 

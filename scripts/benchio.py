@@ -34,26 +34,30 @@ def save(out: str | Path, name: str, report: dict, md: list[str]) -> Path:
     return stem
 
 
-def records_dir(drafter_name: str, target_name: str, target_dtype: str, k: int, max_new_tokens: int) -> Path:
-    """Where the training records of one (models, settings) combination are kept."""
+def records_dir(drafter_name: str, target_name: str, target_dtype: str, k: int, max_new_tokens: int,
+                stream: str = "humaneval") -> Path:
+    """Where the training records of one (models, settings, prompt stream) combination are kept."""
     from omnidraft.home import subdir
 
-    return subdir("bench-records", f"online-{drafter_name}-{target_name}-{target_dtype}-k{k}-n{max_new_tokens}")
+    tag = "" if stream == "humaneval" else f"-{stream}"
+    return subdir("bench-records", f"online-{drafter_name}-{target_name}-{target_dtype}-k{k}-n{max_new_tokens}{tag}")
 
 
 def training_records(drafter, target, pair, prompts: list[str], *, drafter_name: str, target_name: str,
-                     target_dtype: str, k: int, max_new_tokens: int, log=None) -> list:
+                     target_dtype: str, k: int, max_new_tokens: int, log=None, stream: str = "humaneval",
+                     chat: bool = False) -> list:
     """Training records of greedy omnidraft generations over ``prompts``, each starting from the
     pair's current (seeded) n-gram cache. Kept on disk as they are made under
     $OMNIDRAFT_HOME/bench-records (resumable, and shared by every benchmark with the same models
-    and settings): greedy verification makes them independent of the drafter's training."""
+    and settings): greedy verification makes them independent of the drafter's training.
+    ``chat``: the prompts go through the target's chat template (``stream`` names the set)."""
     import copy
 
     from omnidraft.generate import generate_speculative
     from omnidraft.records import Record
     from omnidraft.speculative import SpecConfig
 
-    rdir = records_dir(drafter_name, target_name, target_dtype, k, max_new_tokens)
+    rdir = records_dir(drafter_name, target_name, target_dtype, k, max_new_tokens, stream)
     seeded = copy.deepcopy(pair.cache)
     records = []
     for i, p in enumerate(prompts):
@@ -63,7 +67,7 @@ def training_records(drafter, target, pair, prompts: list[str], *, drafter_name:
             continue
         pair.cache = copy.deepcopy(seeded)
         r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=k),
-                                 max_new_tokens=max_new_tokens, record_topk=64).record
+                                 max_new_tokens=max_new_tokens, record_topk=64, chat=chat).record
         records.append(r)
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(r.to_bytes())

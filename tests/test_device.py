@@ -117,6 +117,12 @@ def test_adapters_change_outputs(exported):
         outs.append(lm.prefill([5, 6, 7, 8]).logits[0])
     assert (outs[0] - outs[1]).abs().max() > 1e-3 and (outs[1] - outs[2]).abs().max() > 1e-3
     assert torch.equal(outs[0], outs[3])  # back to the base adapter: the same logits exactly
+    # two programs alive at once with different adapters under the same content keys: each
+    # keeps its own weights (XNNPACK must not share packed weights between them)
+    other = ExecuTorchLM(root / "prog", ptd=_ptd(root, info, "v0002"))
+    lm.load_adapter(_ptd(root, info, "v0001"))
+    assert torch.equal(lm.prefill([5, 6, 7, 8]).logits[0], outs[1])
+    assert torch.equal(other.prefill([5, 6, 7, 8]).logits[0], outs[2])
 
 
 def test_speculative_on_program_equals_target(exported, cross):
