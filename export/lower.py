@@ -166,43 +166,45 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     real = {n: t.detach().clone() for n, t in adapter.items()}  # the zero adapter, for base.ptd
     if cfg.delegate_adapter:
         _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
-    ids = torch.zeros(1, 4, dtype=torch.long)  # [1, T]
-    pos = torch.zeros(1, dtype=torch.long)  # [1]
-    seq = torch.export.Dim("T", min=1, max=cfg.max_seq)
-    log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], max_seq {cfg.max_seq}")
-    with torch.no_grad():
-        ep = torch.export.export(program, (ids, pos), dynamic_shapes=({1: seq}, None), strict=True)
-    fqns = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
-    for node in ep.graph.nodes:  # XNNPACK writes constants tagged so to the .ptd, not the .pte
-        if node.op == "placeholder" and is_adapter_param(fqns.get(node.name, "")):
-            node.meta.setdefault("custom", {})["delegate_constant_tag"] = "base"
-    log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
-    partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
-    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-    sig = edge.exported_program().graph_signature
-    fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
-    by_name = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}  # read outside the delegate
-    et = edge.to_executorch(ExecutorchBackendConfig(
-        external_constants=lambda node: "base" if node.name in by_name else None))
-    tmp = out_dir / "program.pte.tmp"
-    tmp.write_bytes(et.buffer)
-    et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
-    got = read_ptd_keys(out_dir / "base.ptd")
-    in_pte = set(getattr(getattr(et, "_named_data", None), "pte_data", None) or {})
-    ptd_keys: dict[str, list] = {}
-    for name, t in adapter.items():
-        content = _content_key(t) if cfg.delegate_adapter else None
-        if content in in_pte:
-            raise OmniDraftError(f"export: XNNPACK baked adapter weight {name} into the .pte",
-                                 "this program could not swap adapters")
-        ptd_keys[name] = [k for k in (name, content) if k in got]
-    missing = sorted(n for n, keys in ptd_keys.items() if not keys)
-    if missing:  # constant folding can silently fold an adapter weight into the program
-        raise OmniDraftError(f"export: {len(missing)} adapter weights did not reach the .ptd "
-                             f"(e.g. {missing[0]})", "this program could not swap adapters")
-    with torch.no_grad():
+    try:
+        ids = torch.zeros(1, 4, dtype=torch.long)  # [1, T]
+        pos = torch.zeros(1, dtype=torch.long)  # [1]
+        seq = torch.export.Dim("T", min=1, max=cfg.max_seq)
+        log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], max_seq {cfg.max_seq}")
+        with torch.no_grad():
+            ep = torch.export.export(program, (ids, pos), dynamic_shapes=({1: seq}, None), strict=True)
+        fqns = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
+        for node in ep.graph.nodes:  # XNNPACK writes constants tagged so to the .ptd, not the .pte
+            if node.op == "placeholder" and is_adapter_param(fqns.get(node.name, "")):
+                node.meta.setdefault("custom", {})["delegate_constant_tag"] = "base"
+        log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
+        partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
+        edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+        sig = edge.exported_program().graph_signature
+        fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+        by_name = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}  # read outside the delegate
+        et = edge.to_executorch(ExecutorchBackendConfig(
+            external_constants=lambda node: "base" if node.name in by_name else None))
+        tmp = out_dir / "program.pte.tmp"
+        tmp.write_bytes(et.buffer)
+        et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
+        got = read_ptd_keys(out_dir / "base.ptd")
+        in_pte = set(getattr(getattr(et, "_named_data", None), "pte_data", None) or {})
+        ptd_keys: dict[str, list] = {}
         for name, t in adapter.items():
-            t.copy_(real[name])
+            content = _content_key(t) if cfg.delegate_adapter else None
+            if content in in_pte:
+                raise OmniDraftError(f"export: XNNPACK baked adapter weight {name} into the .pte",
+                                     "this program could not swap adapters")
+            ptd_keys[name] = [k for k in (name, content) if k in got]
+        missing = sorted(n for n, keys in ptd_keys.items() if not keys)
+        if missing:  # constant folding can silently fold an adapter weight into the program
+            raise OmniDraftError(f"export: {len(missing)} adapter weights did not reach the .ptd "
+                                 f"(e.g. {missing[0]})", "this program could not swap adapters")
+    finally:  # the caller's module gets its own adapter back, even on failure
+        with torch.no_grad():
+            for name, t in adapter.items():
+                t.copy_(real[name])
     write_ptd(*ptd_entries(real, ptd_keys), out_dir / "base.ptd")
     tmp.replace(out_dir / "program.pte")
     info = ProgramInfo(
