@@ -30,7 +30,9 @@ def render(report: dict, args) -> None:
     src = {"chat": "ShareGPT first turns (chat template)"}.get(report.get("stream"), "HumanEval")
     md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
           f"{report['drafter']} (fp32, trained) -> {report['target']} ({report['target_dtype']}), greedy, k={report['k']}, "
-          f"{report['max_new_tokens']} new tokens; train stream: {src}[:{report['train_problems']}], test: "
+          f"{report['max_new_tokens']} new tokens per test prompt, "
+          f"{report.get('train_new_tokens', report['max_new_tokens'])} per training prompt; "
+          f"train stream: {src}[:{report['train_problems']}], test: "
           f"{src}[-{report['test_problems']}:]; `{report['command']}`", "",
           "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
     for r in report["rows"]:
@@ -72,6 +74,8 @@ def main(argv=None) -> int:
     ap.add_argument("--curve-prompts", type=int, default=8, help="test prompts per learning-curve point")
     ap.add_argument("--curve-every", type=int, default=5, help="update steps between curve points")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--train-new-tokens", type=int, default=None,
+                    help="new tokens per training-stream generation (default: --max-new-tokens)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=1, help="passes over the training stream")
     ap.add_argument("--variants", nargs="+", default=["lora:dm", "lora:dm+ngram", "full:dm", "full:dm+ngram"])
@@ -94,6 +98,7 @@ def main(argv=None) -> int:
     from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     set_threads(args.threads)
+    train_new = args.train_new_tokens or args.max_new_tokens
     chat = args.stream == "chat"
     problems = sharegpt(args.train + args.test) if chat else humaneval()
     train, test = problems[: args.train], problems[len(problems) - args.test:]
@@ -121,16 +126,17 @@ def main(argv=None) -> int:
                 "tokens_per_s": round(tokens / wall, 3), "prompts": len(prompts)}
 
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
-                          k=args.k, max_new_tokens=args.max_new_tokens, stream=args.stream,
+                          k=args.k, max_new_tokens=args.max_new_tokens, train_new_tokens=train_new, stream=args.stream,
                           train_problems=args.train,
                           test_problems=args.test, rows=[], curves={}, train_cost={})
     base_model = drafter.model
     t0 = time.perf_counter()
     records = training_records(drafter, target, pair, train, drafter_name=args.drafter,
                                target_name=args.target, target_dtype=args.target_dtype, k=args.k,
-                               max_new_tokens=args.max_new_tokens, log=log, stream=args.stream, chat=chat)
-    rdir = records_dir(args.drafter, args.target, args.target_dtype, args.k, args.max_new_tokens, args.stream)
+                               max_new_tokens=train_new, log=log, stream=args.stream, chat=chat)
+    rdir = records_dir(args.drafter, args.target, args.target_dtype, args.k, train_new, args.stream)
     report["record_seconds"] = round(time.perf_counter() - t0, 1)
+    report["train_response_tokens"] = sum(r.length - r.gen_start for r in records)  # drafter tokens
     report["record_bytes_mean"] = round(sum(len(r.to_bytes()) for r in records) / len(records))
 
     for strategy in ("tli", "omnidraft") if args.untrained else ():
