@@ -97,6 +97,8 @@ def main(argv=None) -> int:
     from omnidraft.speculative import SpecConfig
     from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
 
+    if args.train_new_tokens is not None and args.train_new_tokens < 1:
+        ap.error(f"--train-new-tokens must be >= 1, got {args.train_new_tokens}")
     set_threads(args.threads)
     train_new = args.train_new_tokens or args.max_new_tokens
     chat = args.stream == "chat"
