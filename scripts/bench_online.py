@@ -85,6 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--from-partial", default=None, help="write the tables of an interrupted run "
                     "from its partial-report.json (the rows finished so far) and exit")
     args = ap.parse_args(argv)
+    if args.train_new_tokens is not None and args.train_new_tokens < 1:
+        ap.error(f"--train-new-tokens must be >= 1, got {args.train_new_tokens}")
     if args.from_partial:
         render(json.loads(Path(args.from_partial).read_text()), args)
         return 0
@@ -97,8 +99,6 @@ def main(argv=None) -> int:
     from omnidraft.speculative import SpecConfig
     from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
 
-    if args.train_new_tokens is not None and args.train_new_tokens < 1:
-        ap.error(f"--train-new-tokens must be >= 1, got {args.train_new_tokens}")
     set_threads(args.threads)
     train_new = args.train_new_tokens or args.max_new_tokens
     chat = args.stream == "chat"
