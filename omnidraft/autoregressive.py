@@ -17,7 +17,7 @@ from .sampling import SamplingConfig, next_token
 def decode_ar(target: CausalLM, prompt_ids: list[int], *, max_new_tokens: int,
               sampling: SamplingConfig, stop: set[int], metrics: Metrics) -> Iterator[list[int]]:
     """Yield each new token (as a one-item list) until a stop id or ``max_new_tokens``."""
-    gen = sampling.generator()
+    gen = sampling.generator("ar")
     t0 = time.perf_counter()
     logits = target.prefill(prompt_ids).logits[-1]  # [V]
     metrics.target_forwards += 1

@@ -46,15 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--drafter", default=None, help="drafter model (default smollm2-135m when "
                      "--strategy is not ar)")
-    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw (default: omnidraft "
-                     "with --drafter, else ar)")
+    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw | slrs (default: "
+                     "omnidraft with --drafter, else ar)")
     gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round "
                      "(the maximum with --confidence)")
     gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
                      "the drafter gives probability below this (e.g. 0.4)")
     gen.add_argument("--verify", choices=["rejection", "point-mass"], default=None,
-                     help="verification when sampling (greedy is exact matching); default rejection, "
-                     "point-mass for slem/dtw")
+                     help="verification when sampling (greedy is exact matching). Default: the "
+                     "strategy's lossless mode (rejection for tli/slrs, point-mass for the others and "
+                     "for remote targets); rejection with omnidraft/slem/dtw is approximate")
     gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
                      help="n-gram cache eviction policy")
     gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
@@ -280,6 +281,7 @@ def _cmd_models(args) -> int:
 def _cmd_generate(args) -> int:
     from .generate import generate_ar, generate_speculative
     from .loading import load_model, load_tokenizer, set_threads
+    from .modes import default_verify_mode
     from .pair import Pair
     from .sampling import SamplingConfig
     from .speculative import SpecConfig
@@ -290,23 +292,23 @@ def _cmd_generate(args) -> int:
     spec = SpecConfig(strategy=strategy, k=args.draft_length, confidence=args.confidence)
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     set_threads(args.threads)
-    if args.verify is None:
-        args.verify = "point-mass" if strategy in ("slem", "dtw") else "rejection"
+    remote = args.target.startswith(("http://", "https://"))
+    verify = args.verify or default_verify_mode(strategy, remote=remote)
     program = None
     if args.drafter_runtime == "executorch" and strategy != "ar":  # fail before loading models
         from .export.layout import find_program
 
         program = find_program(args.drafter or "smollm2-135m", args.quant, args.max_seq, args.specvocab_k)
-    if args.target.startswith(("http://", "https://")):
+    if remote:
         from .remote import FallbackTarget, RemoteTarget
         from .target import LocalTarget
 
         if strategy == "ar":
             raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
-        target = RemoteTarget(args.target, read_token(args.token_file), sampling, args.verify)
+        target = RemoteTarget(args.target, read_token(args.token_file), sampling, verify)
         if args.fallback_target:
             target = FallbackTarget(target, LocalTarget(load_model(args.fallback_target, dtype=args.dtype),
-                                                        sampling, args.verify))
+                                                        sampling, verify, stream="fallback"))
         tok = load_tokenizer(args.target_tokenizer or args.fallback_target or target.info()["model"])
     else:
         tok = load_tokenizer(args.target)
@@ -329,11 +331,12 @@ def _cmd_generate(args) -> int:
         try:
             result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
                                           max_new_tokens=args.max_new_tokens, sampling=sampling,
-                                          verify_mode=args.verify, chat=args.chat, on_text=on_text)
+                                          verify_mode=verify, chat=args.chat, on_text=on_text)
         finally:
             pair.save()  # learned n-grams and hit counts survive, even after Ctrl-C
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids,
+                          "lossless": result.lossless, "verify": result.metrics.get("verify"),
                           "metrics": result.metrics}))
     else:
         print("\n\n" + format_metrics(result.metrics), file=sys.stderr)
@@ -343,6 +346,9 @@ def _cmd_generate(args) -> int:
 def format_metrics(m: dict) -> str:
     line = (f"[{m['strategy']}] {m['new_tokens']} tokens in {m['wall_s']:.2f} s: "
             f"{m['tokens_per_s']:.2f} tokens/s (decode {m['decode_tokens_per_s']:.2f} tokens/s)")
+    if m.get("verify"):
+        line += f"\n  verify {m['verify']}: " + ("lossless" if m.get("lossless", True) else
+                                                 "APPROXIMATE (not exactly the target's distribution)")
     if m["proposed"]:
         line += (f"\n  acceptance {m['acceptance_rate']:.3f}, {m['mean_accepted_per_step']:.2f} accepted"
                  f" + 1 per step over {m['steps']} steps, n-gram hits/step "

@@ -14,18 +14,25 @@ import torch
 from .autoregressive import decode_ar
 from .errors import OmniDraftError
 from .metrics import Metrics
+from .modes import check_verify_mode, default_verify_mode, is_lossless
+from .ownership import own
 from .runtime import CausalLM
 from .sampling import SamplingConfig
-from .text import Detokenizer, encode_prompt, stop_ids
+from .text import Detokenizer, encode_prompt, model_eos_ids, stop_ids
 
 
 @dataclass
 class Result:
     text: str
     token_ids: list[int]  # the target's new tokens
-    metrics: dict = field(default_factory=dict)  # Metrics.summary()
+    metrics: dict = field(default_factory=dict)  # Metrics.summary() + verify mode and lossless
     raw: Metrics | None = None  # the counters and per-step timings behind the summary
     record: object | None = None  # records.Record for the trainer, when asked for
+
+    @property
+    def lossless(self) -> bool:
+        """True when the output is distributed exactly as the target's own (modes.py)."""
+        return bool(self.metrics.get("lossless", True))
 
 
 def check_budget(prompt_ids: list[int], max_new_tokens: int, model) -> int:
@@ -57,13 +64,16 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
     budget = check_budget(prompt_ids, max_new_tokens, target)
     metrics = Metrics("ar")
     ids: list[int] = []
-    chunks = decode_ar(target, prompt_ids, max_new_tokens=budget, sampling=sampling,
-                       stop=stop_ids(tok, target.model.generation_config), metrics=metrics)
-    for piece in stream(chunks, Detokenizer(tok, prompt_ids), ids):
-        if on_text:
-            on_text(piece)
+    with own(target, "target model") as lm:
+        chunks = decode_ar(lm, prompt_ids, max_new_tokens=budget, sampling=sampling,
+                           stop=stop_ids(tok, model_eos_ids(lm)),
+                           metrics=metrics)
+        for piece in stream(chunks, Detokenizer(tok, prompt_ids), ids):
+            if on_text:
+                on_text(piece)
     text = tok.decode(ids, skip_special_tokens=True)
-    return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics)
+    summary = {**metrics.summary(), "verify": None, "lossless": True}
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics)
 
 
 def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
@@ -73,13 +83,14 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
                          head=None) -> Result:
     """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
 
-    ``target``: a CausalLM (verified in-process) or any Target (e.g. remote.RemoteTarget, set up
-    with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
-    ``verify_mode`` (sampling only): rejection | point-mass; default by strategy.
+    ``target``: a model (CausalLM or any LM: verified in-process by a LocalTarget) or any Target
+    (e.g. remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
+    ``verify_mode`` (sampling only): rejection | point-mass; default: the strategy's lossless
+    mode (modes.py). A RemoteTarget carries its own mode.
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
     """
     if cfg.strategy == "ar":
-        if not isinstance(target, CausalLM):
+        if hasattr(target, "verify"):
             raise OmniDraftError("strategy 'ar' runs the target in-process", "pass a local target model")
         return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
                            sampling=sampling, chat=chat, on_text=on_text)
@@ -100,33 +111,38 @@ def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
                        verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
                        head=None) -> Generator[str, None, Result]:
     """generate_speculative as a generator: yields text pieces as rounds commit tokens and
-    returns the Result (``result = yield from stream_speculative(...)``)."""
+    returns the Result (``result = yield from stream_speculative(...)``).
+
+    Each call runs on its own state: in-process models are forked (own KV cache, shared
+    weights); a drafter program or a target session in use by another generation is an error."""
     from .reverse import DraftContext
-    from .speculative import STRING_STRATEGIES, Drafter, decode_speculative
+    from .speculative import Drafter, decode_speculative
     from .target import LocalTarget
 
-    # sampling: rejection with q' (lossless for tli; rule (2) for omnidraft); string-level
-    # strategies have no exact q', so the point-mass rule, lossless for any proposal
-    verify_mode = verify_mode or ("point-mass" if cfg.strategy in STRING_STRATEGIES else "rejection")
-    local = isinstance(target, CausalLM)
+    check_verify_mode(verify_mode)
+    local = not hasattr(target, "verify")  # a model (LM) to verify in-process, else a Target
+    if local:
+        verify_mode = verify_mode or default_verify_mode(cfg.strategy)
+    else:  # a Target object (remote, fallback) was built with its mode
+        verify_mode = getattr(target, "mode", None) or verify_mode or default_verify_mode(cfg.strategy, remote=True)
+    lossless = is_lossless(cfg.strategy, verify_mode, sampling)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
-    verifier = LocalTarget(target, sampling, verify_mode, record_topk) if local else target
-    budget = check_budget(target_ids, max_new_tokens, verifier)
-    budget = min(budget, check_budget(draft_ids, max_new_tokens, drafter))
-    translator = pair.translator(cfg.strategy)
-    restrict = translator.direct_mask if cfg.strategy == "tli" else None
-    metrics = Metrics(cfg.strategy)
-    ids: list[int] = []
-    rows: list | None = [] if record_topk else None
-    ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
-    gen_config = target.model.generation_config if local else None
-    chunks = decode_speculative(
-        Drafter(drafter, sampling, restrict, head), verifier,
-        translator, ctx, target_ids, cfg=cfg,
-        max_new_tokens=budget, stop=stop_ids(pair.target_tok, gen_config),
-        metrics=metrics, cache=translator.cache, rows_out=rows)
-    yield from stream(chunks, Detokenizer(pair.target_tok, target_ids), ids)
+    with own(drafter, "drafter") as dlm, own(target, "target") as tgt:
+        verifier = LocalTarget(tgt, sampling, verify_mode, record_topk) if local else tgt
+        budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
+        translator = pair.translator(cfg.strategy)
+        restrict = translator.direct_mask if cfg.strategy == "tli" else None
+        metrics = Metrics(cfg.strategy)
+        ids: list[int] = []
+        rows: list | None = [] if record_topk else None
+        ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
+        chunks = decode_speculative(
+            Drafter(dlm, sampling, restrict, head), verifier,
+            translator, ctx, target_ids, cfg=cfg,
+            max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids),
+            metrics=metrics, cache=translator.cache, rows_out=rows)
+        yield from stream(chunks, Detokenizer(pair.target_tok, target_ids), ids)
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
     record = None
     if rows:
@@ -134,4 +150,5 @@ def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
 
         record = build_record(pair.vmap, draft_ids, ctx.gen_ids, ctx.tail, ids,
                               torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows]))
-    return Result(text=text, token_ids=ids, metrics=metrics.summary(), raw=metrics, record=record)
+    summary = {**metrics.summary(), "verify": None if sampling.greedy else verify_mode, "lossless": lossless}
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, record=record)

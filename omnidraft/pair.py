@@ -33,6 +33,7 @@ class Pair:
         if persist and store_path is None:
             store_path = subdir("pairs", self.key) / "ngrams.sqlite"
         self.store = NgramStore(store_path, self.key) if store_path is not None else None
+        self._token_translators: dict[str, Translator] = {}
         on_disk_seeded = self.store.count()[0] if self.store else 0
         if self.store:
             self.store.load_into(self.cache)
@@ -58,4 +59,6 @@ class Pair:
             from .strings import StringTranslator
 
             return StringTranslator(self.vmap, self.target_tok, strategy)
-        return Translator(self.vmap, self.cache if strategy == "omnidraft" else None)
+        if strategy not in self._token_translators:  # stateless: built once (the d2t list is 49k+ ids)
+            self._token_translators[strategy] = Translator(self.vmap, self.cache if strategy == "omnidraft" else None)
+        return self._token_translators[strategy]

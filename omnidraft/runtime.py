@@ -24,8 +24,11 @@ class CausalLM:
     """A causal LM and its KV cache. ``length`` tokens are in the cache.
 
     ``extend(ids)`` appends tokens and returns logits for each of them; ``rollback(n)`` drops the
-    last ``n`` cached tokens (sliding-window layers included: the cache records past states so a
-    rollback never needs tokens it already evicted).
+    last ``n`` cached tokens. Sliding-window layers (Gemma-3) keep every token in this cache, so
+    any sequence of extends and rollbacks is exact: the attention mask, not eviction, applies the
+    window (transformers' sliding cache layers keep one step of history and cannot roll back
+    across several extends). ``fork()`` gives another generation its own cache over the same
+    weights.
     """
 
     def __init__(self, model: torch.nn.Module, name: str = ""):
@@ -54,9 +57,11 @@ class CausalLM:
 
     # ------------------------------------------------------------------ cache control
     def _new_cache(self) -> DynamicCache:
-        cache = DynamicCache(config=self.config)
-        cache.activate_past_recording()
-        return cache
+        return DynamicCache()  # full layers only: see the class docstring
+
+    def fork(self) -> "CausalLM":
+        """A CausalLM over the same weights with its own empty cache (per-generation state)."""
+        return CausalLM(self.model, self.name)
 
     def reset(self) -> None:
         self.tokens = []
@@ -90,14 +95,20 @@ class CausalLM:
                 f"{self.name}: {self.length + k} tokens exceed the context window of {self.max_length}")
         input_ids = torch.tensor([ids], dtype=torch.long)  # [1, k]
         position_ids = torch.arange(self.length, self.length + k).unsqueeze(0)  # [1, k]
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=hidden,
-            logits_to_keep=1 if last_only else 0,
-        )
+        try:
+            out = self.model(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=hidden,
+                logits_to_keep=1 if last_only else 0,
+            )
+        except BaseException:  # interrupted mid-forward: drop whatever the layers appended
+            extra = self.cache.get_seq_length() - self.length
+            if extra > 0:
+                self.cache.crop(-extra)
+            raise
         self.tokens.extend(int(t) for t in ids)
         logits = out.logits[0].float()  # [k or 1, V]
         hs = out.hidden_states[-1][0].float() if hidden else None  # [k, H]

@@ -1,38 +1,47 @@
 """The cloud target verification service (FastAPI): sessions that keep the target's KV cache,
 verify proposals, and return accepted counts, the correction/bonus token and training rows.
 
-Schema (JSON; all requests need ``Authorization: Bearer <token>``):
+Schema (JSON; every route needs ``Authorization: Bearer <token>``, checked before the body is
+read; there are no unauthenticated docs routes):
   POST   /v1/sessions                  {prompt_ids, sampling{temperature, top_p, seed}, mode,
-                                        record_topk}  -> {session, vocab_size, max_length}
+                                        record_topk}  -> {session, vocab_size, max_length, eos_ids}
   POST   /v1/sessions/{session}/verify {round, proposal, q?: [{ids, probs}] per position}
                                         -> {round, accepted, token, rows?: {ids, probs}}
+         q rows (rejection mode only) are sparse: ``ids`` little-endian int32 and ``probs``
+         little-endian float32, each base64-encoded.
   DELETE /v1/sessions/{session}        -> {closed: true}
-  GET    /v1/health                    -> {ok, model, sessions, vocab_size, max_length}
-Errors are 4xx/5xx with {"error": {"code", "message"}}. ``round`` makes retries idempotent: the
-same round sent again gets the stored reply and is applied once. Session ids are 192-bit
-random capabilities, so one client can neither read nor advance another's session.
-Knows HTTP, sessions and limits; verification itself is LocalTarget's.
+  GET    /v1/health                    -> {ok, model, sessions, vocab_size, max_length, eos_ids}
+Errors are 4xx/5xx with {"error": {"code", "message"}}; a client's mistake is always a 4xx and
+leaves its session as it was. ``round`` makes retries idempotent: the same round with the same
+body sent again gets the stored reply and is applied once; the same round with another body is
+a 409. Session ids are 192-bit random capabilities, so one client can neither read nor advance
+another's session. Knows HTTP, sessions and limits; verification itself is LocalTarget's.
 """
 
 from __future__ import annotations
 
-import hmac
+import base64
+import hashlib
 import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
-from fastapi import Depends, FastAPI, Header, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .errors import OmniDraftError
 from .runtime import CausalLM
-from .sampling import SamplingConfig
+from .sampling import MAX_SEED, SamplingConfig
+from .server_gate import Gate, RateLimit
 from .target import LocalTarget
+from .text import generation_eos_ids
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class ServerLimits:
     max_sessions: int = 16
     session_ttl_s: float = 600.0
     max_cache_tokens: int = 65536  # KV-cache tokens summed over all sessions
-    max_body_bytes: int = 2 << 20
+    max_body_bytes: int = 8 << 20  # q' rows of a k=8 tli rejection proposal fit (~0.4 MB each)
     max_proposal: int = 32
     max_topk: int = 128
     rate_per_s: float = 100.0  # requests per second per client address (token bucket)
@@ -67,7 +76,7 @@ class _Strict(BaseModel):
 class SamplingIn(_Strict):
     temperature: float = Field(0.0, ge=0.0, le=100.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
 
 
 class OpenIn(_Strict):
@@ -78,8 +87,8 @@ class OpenIn(_Strict):
 
 
 class SparseRow(_Strict):
-    ids: list[int]  # [n] target ids with q' > 0
-    probs: list[float]  # [n] their q'
+    ids: str  # base64 of [n] little-endian int32 target ids with q' > 0
+    probs: str  # base64 of [n] little-endian float32 q' of those ids
 
 
 class VerifyIn(_Strict):
@@ -88,12 +97,29 @@ class VerifyIn(_Strict):
     q: list[SparseRow] | None = None
 
 
+def parse(model: type[BaseModel], body: bytes) -> BaseModel:
+    """A request body as ``model``; any malformed JSON (invalid UTF-8, deep nesting, wrong types)
+    is a 400 in the server's schema."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as err:
+        first = err.errors()[0] if err.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise ApiError(400, "bad_request", f"{where or 'body'}: {first.get('msg', 'invalid request')}")
+
+
+def _fingerprint(req: "VerifyIn") -> str:
+    return hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+
+
 @dataclass
 class _Session:
     target: LocalTarget
     record_topk: int
+    reserved: int  # cache tokens counted for the session before its prefill has run
     round: int = 0
     last_reply: dict | None = None
+    last_request: str | None = None  # fingerprint of the request that produced last_reply
     last_used: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -104,10 +130,14 @@ class SessionManager:
     def __init__(self, model: torch.nn.Module, name: str, limits: ServerLimits):
         self.model, self.name, self.limits = model, name, limits
         self.sessions: dict[str, _Session] = {}
-        self.lock = threading.Lock()  # the session table
+        self.lock = threading.Lock()  # the session table and the cache-token budget
         self.model_lock = threading.Lock()
         probe = CausalLM(model, name)
         self.vocab_size, self.max_length = probe.vocab_size, probe.max_length
+        self.eos_ids = sorted(generation_eos_ids(getattr(model, "generation_config", None)))
+
+    def facts(self) -> dict:
+        return {"vocab_size": self.vocab_size, "max_length": self.max_length, "eos_ids": self.eos_ids}
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -115,7 +145,8 @@ class SessionManager:
             del self.sessions[sid]
 
     def cache_tokens(self) -> int:
-        return sum(s.target.model.length + 1 for s in self.sessions.values())
+        """KV-cache tokens held or reserved by all sessions (call with ``self.lock`` held)."""
+        return sum(max(s.target.model.length + 1, s.reserved) for s in self.sessions.values())
 
     def _check_ids(self, ids: list[int], what: str) -> None:
         bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
@@ -130,20 +161,27 @@ class SessionManager:
         if req.record_topk > self.limits.max_topk:
             raise ApiError(400, "bad_request", f"record_topk must be <= {self.limits.max_topk}")
         s = req.sampling
-        target = LocalTarget(CausalLM(self.model, self.name),
-                             SamplingConfig(temperature=s.temperature, top_p=s.top_p, seed=s.seed),
-                             req.mode, req.record_topk)
-        with self.lock:
+        try:
+            sampling = SamplingConfig(temperature=s.temperature, top_p=s.top_p, seed=s.seed)
+        except OmniDraftError as err:
+            raise ApiError(400, "bad_request", f"sampling: {err}")
+        target = LocalTarget(CausalLM(self.model, self.name), sampling, req.mode, req.record_topk)
+        with self.lock:  # check and register in one step: concurrent opens cannot overshoot
             self._expire()
             if len(self.sessions) >= self.limits.max_sessions:
                 raise ApiError(503, "at_capacity", f"{self.limits.max_sessions} sessions open; retry later")
             if self.cache_tokens() + len(req.prompt_ids) > self.limits.max_cache_tokens:
                 raise ApiError(503, "at_capacity", "KV-cache memory cap reached; retry later")
             sid = secrets.token_urlsafe(24)
-            self.sessions[sid] = session = _Session(target, req.record_topk)
-        with session.lock, self.model_lock:
-            target.start(req.prompt_ids)
-        return {"session": sid, "vocab_size": self.vocab_size, "max_length": self.max_length}
+            self.sessions[sid] = session = _Session(target, req.record_topk, len(req.prompt_ids))
+        try:
+            with session.lock, self.model_lock:
+                target.start(req.prompt_ids)
+        except BaseException:
+            with self.lock:  # a failed prefill leaves no session behind
+                self.sessions.pop(sid, None)
+            raise
+        return {"session": sid, **self.facts()}
 
     def _get(self, sid: str) -> _Session:
         with self.lock:
@@ -158,6 +196,9 @@ class SessionManager:
         with session.lock:
             session.last_used = time.monotonic()
             if session.last_reply is not None and req.round == session.round - 1:
+                if _fingerprint(req) != session.last_request:
+                    raise ApiError(409, "replay_mismatch", f"round {req.round} was already verified "
+                                   "with a different body")
                 return session.last_reply  # a retried request: applied once, answered again
             if req.round != session.round:
                 raise ApiError(409, "wrong_round", f"expected round {session.round}, got {req.round}")
@@ -172,29 +213,39 @@ class SessionManager:
                 if self.cache_tokens() + m > self.limits.max_cache_tokens:
                     raise ApiError(503, "at_capacity", "KV-cache memory cap reached; retry later")
             q = None
-            if target.needs_q:
+            if target.needs_q and m:
                 q = self._dense_q(req.q, m)
-            with self.model_lock:
-                verdict = target.verify(req.proposal, q)
+            try:
+                with self.model_lock:
+                    verdict = target.verify(req.proposal, q)  # rolls its cache back on failure
+            except ValueError as err:
+                raise ApiError(400, "bad_request", str(err))
             reply = {"round": req.round, "accepted": verdict.accepted, "token": verdict.token}
             if session.record_topk and target.last_rows is not None:
                 ids, probs = target.last_rows
                 reply["rows"] = {"ids": ids.tolist(), "probs": [[round(x, 6) for x in r] for r in probs.tolist()]}
             session.round += 1
-            session.last_reply = reply
+            session.last_reply, session.last_request = reply, _fingerprint(req)
             return reply
 
     def _dense_q(self, rows: list[SparseRow] | None, m: int) -> torch.Tensor:
+        """[m, V] q' from the sparse base64 rows; every malformed row is a 400."""
         if rows is None or len(rows) != m:
             raise ApiError(400, "bad_q", f"rejection sampling needs q for each of the {m} proposed tokens")
         q = torch.zeros(m, self.vocab_size)
         for i, row in enumerate(rows):
-            if len(row.ids) != len(row.probs):
+            try:
+                ids = np.frombuffer(base64.b64decode(row.ids, validate=True), dtype="<i4")
+                probs = np.frombuffer(base64.b64decode(row.probs, validate=True), dtype="<f4")
+            except ValueError:
+                raise ApiError(400, "bad_q", f"q row {i}: ids and probs must be base64 of int32 / float32")
+            if len(ids) != len(probs):
                 raise ApiError(400, "bad_q", f"q row {i}: ids and probs differ in length")
-            self._check_ids(row.ids, "q")
-            if any(not 0.0 <= p <= 1.0 for p in row.probs):
+            if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
+                raise ApiError(400, "bad_token", f"q row {i}: ids must be in 0..{self.vocab_size - 1}")
+            if not np.all((probs >= 0.0) & (probs <= 1.0)):  # also refuses NaN
                 raise ApiError(400, "bad_q", f"q row {i}: probabilities must be in [0, 1]")
-            q[i, torch.tensor(row.ids, dtype=torch.long)] = torch.tensor(row.probs)
+            q[i, torch.from_numpy(ids.astype(np.int64))] = torch.from_numpy(probs.copy())
         return q
 
     def close(self, sid: str) -> dict:
@@ -204,97 +255,41 @@ class SessionManager:
         return {"closed": True}
 
 
-class _BodyLimit:
-    """ASGI middleware: a request body must declare its length (411) and stay under ``limit``
-    bytes (413), checked before the body is read."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
-            declared = dict(scope.get("headers") or []).get(b"content-length")
-            if declared is None or not declared.isdigit():
-                return await _send_error(send, 411, "length_required", "send a Content-Length header")
-            if int(declared) > self.limit:
-                return await _send_error(send, 413, "payload_too_large", f"body over {self.limit} bytes")
-        return await self.app(scope, receive, send)
-
-
-async def _send_error(send, status: int, code: str, message: str) -> None:
-    import json
-
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
-class _RateLimit:
-    """Token bucket per client address."""
-
-    def __init__(self, rate: float, burst: int):
-        self.rate, self.burst = rate, burst
-        self.buckets: dict[str, tuple[float, float]] = {}
-        self.lock = threading.Lock()
-
-    def allow(self, key: str) -> bool:
-        now = time.monotonic()
-        with self.lock:
-            tokens, last = self.buckets.get(key, (float(self.burst), now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
-            if tokens < 1:
-                self.buckets[key] = (tokens, now)
-                return False
-            self.buckets[key] = (tokens - 1, now)
-            return True
-
-
 def create_app(model: torch.nn.Module, name: str, token: str, limits: ServerLimits = ServerLimits()):
-    """The FastAPI app serving ``model`` as a verification target. ``token``: the bearer secret."""
+    """The ASGI app serving ``model`` as a verification target. ``token``: the bearer secret."""
     if not token or len(token) < 16:
         raise OmniDraftError("the server token must be at least 16 characters",
                              "set OMNIDRAFT_TOKEN or pass --token-file")
     manager = SessionManager(model, name, limits)
-    rate = _RateLimit(limits.rate_per_s, limits.burst)
-    expected = token.encode()
-    app = FastAPI(title="OmniDraft target verification", version="1")
+    app = FastAPI(title="OmniDraft target verification", version="1",
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.state.manager = manager
-
-    def auth(request: Request, authorization: str | None = Header(default=None)) -> None:
-        if not rate.allow(request.client.host if request.client else "?"):
-            raise ApiError(429, "rate_limited", "too many requests; slow down")
-        given = (authorization or "")
-        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), expected):
-            raise ApiError(401, "unauthorized", "missing or wrong bearer token")
 
     @app.exception_handler(ApiError)
     async def _api_error(_, err: ApiError):
         return JSONResponse({"error": {"code": err.code, "message": err.message}}, status_code=err.status)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_, err: RequestValidationError):
-        first = err.errors()[0] if err.errors() else {}
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body")
-        return JSONResponse({"error": {"code": "bad_request",
-                                       "message": f"{where or 'body'}: {first.get('msg', 'invalid request')}"}},
-                            status_code=400)
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_, err: StarletteHTTPException):  # unknown route, wrong method
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "bad_request")
+        return JSONResponse({"error": {"code": code, "message": str(err.detail)}}, status_code=err.status_code)
 
-    @app.get("/v1/health", dependencies=[Depends(auth)])
-    def health():
-        return {"ok": True, "model": name, "sessions": len(manager.sessions),
-                "vocab_size": manager.vocab_size, "max_length": manager.max_length}
+    @app.get("/v1/health")
+    async def health():  # never waits for the model: answers during a long prefill
+        return {"ok": True, "model": name, "sessions": len(manager.sessions), **manager.facts()}
 
-    @app.post("/v1/sessions", dependencies=[Depends(auth)])
-    def open_session(req: OpenIn):
-        return manager.open(req)
+    @app.post("/v1/sessions")
+    async def open_session(request: Request):
+        req = parse(OpenIn, await request.body())
+        return await run_in_threadpool(manager.open, req)
 
-    @app.post("/v1/sessions/{sid}/verify", dependencies=[Depends(auth)])
-    def verify(sid: str, req: VerifyIn):
-        return manager.verify(sid, req)
+    @app.post("/v1/sessions/{sid}/verify")
+    async def verify(sid: str, request: Request):
+        req = parse(VerifyIn, await request.body())
+        return await run_in_threadpool(manager.verify, sid, req)
 
-    @app.delete("/v1/sessions/{sid}", dependencies=[Depends(auth)])
-    def close(sid: str):
+    @app.delete("/v1/sessions/{sid}")
+    async def close(sid: str):
         return manager.close(sid)
 
-    return _BodyLimit(app, limits.max_body_bytes)
+    return Gate(app, token, RateLimit(limits.rate_per_s, limits.burst), limits.max_body_bytes)

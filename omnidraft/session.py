@@ -14,6 +14,7 @@ from typing import Generator
 
 from .errors import OmniDraftError
 from .generate import Result, stream_speculative
+from .modes import check_verify_mode, default_verify_mode, is_lossless
 from .pairing import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, save_spec
 from .sampling import SamplingConfig
 from .speculative import SpecConfig
@@ -26,6 +27,11 @@ class Session:
     (fixed ``k`` until then). ``log``: append every generation's training record to the log.
     ``drafter_runtime="executorch"``: the drafter runs as the program `omnidraft export` wrote
     for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use.
+    ``verify`` (sampling only): rejection | point-mass; default the strategy's lossless mode
+    (modes.py); ``self.lossless`` says whether the chosen one is exact.
+    Generations are independent: two ``stream`` generators may be interleaved (an eager drafter
+    and a local target fork their caches per generation; an ExecuTorch drafter or a remote
+    target refuses a second generation while one is in flight, with a clear error).
     """
 
     def __init__(self, drafter: str = DEFAULT_DRAFTER, target: str = "qwen2.5-coder-0.5b", *,
@@ -33,7 +39,7 @@ class Session:
                  sampling: SamplingConfig = SamplingConfig(), target_dtype: str = "bf16",
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "eager",
-                 quant: str = "8da8w", max_seq: int = 1024):
+                 quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None):
         from .loading import load_model, load_tokenizer, set_threads
         from .pair import Pair
         from .verlog import VerificationLog
@@ -43,6 +49,7 @@ class Session:
         if strategy not in ("tli", "omnidraft"):
             raise OmniDraftError(f"a Session runs speculative strategies, not {strategy!r}",
                                  "use tli or omnidraft")
+        check_verify_mode(verify)
         set_threads(threads)
         self.spec = PairSpec(drafter, target, target_tokenizer)
         known = True
@@ -51,13 +58,15 @@ class Session:
         except OmniDraftError:
             known = False
         self.sampling = sampling
+        self.verify = verify or default_verify_mode(strategy, remote=self.spec.remote)
+        self.lossless = is_lossless(strategy, self.verify, sampling)
         self.record_topk = record_topk if log else 0
         if self.spec.remote:
             from .remote import RemoteTarget
 
             if not token:
                 raise OmniDraftError("a remote target needs a bearer token", "pass token=...")
-            self.target = RemoteTarget(target, token, sampling, "rejection", self.record_topk)
+            self.target = RemoteTarget(target, token, sampling, self.verify, self.record_topk)
             tok_name = self.spec.target_tokenizer or self.target.info()["model"]
             target_vocab = self.target.info()["vocab_size"]
         else:
@@ -132,7 +141,8 @@ class Session:
         try:
             result = yield from stream_speculative(
                 self.drafter, self.target, self.pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
-                sampling=self.sampling, chat=chat, record_topk=self.record_topk, head=self.head)
+                sampling=self.sampling, verify_mode=self.verify, chat=chat,
+                record_topk=self.record_topk, head=self.head)
         finally:
             self.pair.save()
         self.last = result

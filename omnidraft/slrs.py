@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .reverse import DraftContext
-from .sampling import SamplingConfig, probs
+from .sampling import SamplingConfig, probs, sample
 from .vocab import VocabMap
 
 
@@ -146,7 +146,7 @@ class SLRSProposer:
             psi = self.distribution(model, logits, sampling, work.tail)
             if float(psi.sum()) <= 0:
                 break
-            t = int(psi.argmax()) if sampling.greedy else int(torch.multinomial(psi, 1, generator=gen))
+            t = int(psi.argmax()) if sampling.greedy else sample(psi, gen)
             ids.append(t)
             rows.append(psi)
             if j == k - 1 or not self.vmap.target_bytes[t]:

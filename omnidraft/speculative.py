@@ -19,7 +19,7 @@ from .metrics import Metrics
 from .ngram import NgramCache
 from .reverse import DraftContext, learn_ngrams
 from .runtime import CausalLM, Forward
-from .sampling import SamplingConfig, probs
+from .sampling import SamplingConfig, probs, sample
 from .target import LocalTarget
 from .slrs import SLRSProposer
 from .translate import Proposal, Translator
@@ -64,7 +64,7 @@ class Drafter:
                  head: AcceptanceHead | None = None):
         self.model = model
         self.sampling = sampling
-        self.gen = sampling.generator()
+        self.gen = sampling.generator("draft")
         # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
         self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
         self.head = head
@@ -102,7 +102,7 @@ class Drafter:
             d = int(logits.argmax())
             return d, None, float(torch.softmax(logits, -1)[d]) if want_conf else 1.0
         q = probs(logits, self.sampling)
-        d = int(torch.multinomial(q, 1, generator=self.gen))
+        d = sample(q, self.gen)
         return d, q, float(q[d])
 
 
@@ -123,6 +123,10 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
                        rows_out: list | None = None) -> Iterator[list[int]]:
     """Yield each round's committed target tokens (accepted + correction/bonus).
 
+    ``max_new_tokens`` counts target tokens and must fit the target's context window after the
+    prompt (generate.check_budget). Each round drafts at most what can still be committed and
+    what fits both models' windows: near the end of either window the proposal shrinks, down to
+    none (the target then decodes alone), so speculative decoding ends where `ar` ends.
     ``rows_out``: when given (and the target records top-k), receives the target's top-k
     (ids [n, k], probs [n, k]) for each round's committed tokens, for training records.
     """
@@ -130,21 +134,28 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
     target.start(target_prompt_ids)
     rule = drafter.stop_rule(cfg)
     use_head = isinstance(rule, StopRule)
-    out = drafter.model.sync(ctx.ids, hidden=use_head)  # Forward of the drafter's last position
-    metrics.drafter_forwards += 1
     metrics.prefill_s = time.perf_counter() - t0
     produced = 0
     generated: list[int] = []
     committed = list(target_prompt_ids)  # every target id so far, for string-level translation
     while produced < max_new_tokens:
         step_t0 = time.perf_counter()
-        if produced:  # bring the drafter's cache in step with the committed text
-            out = drafter.model.sync(ctx.ids, hidden=use_head)
-            metrics.drafter_forwards += 1
+        # room: tokens this round can still commit beyond the correction/bonus, and the windows
+        target_room = target.max_length - len(committed)  # the verify feeds pending + proposal
+        drafter_room = drafter.model.max_length - len(ctx.ids) + 1  # sync, then k - 1 extends
+        k = max(0, min(cfg.k, max_new_tokens - produced - 1, target_room, drafter_room))
         # 1. draft and 2. translate: drafter ids -> target ids (+ q' for rejection sampling)
-        propose = _propose_slrs if isinstance(translator, SLRSProposer) else _draft_and_translate
-        prop, q_target, translate_s = propose(drafter, translator, ctx, committed, out, cfg, rule,
-                                              target.needs_q, metrics)
+        if k:
+            out = drafter.model.sync(ctx.ids, hidden=use_head)  # the drafter's last position
+            metrics.drafter_forwards += 1
+            propose = _propose_slrs if isinstance(translator, SLRSProposer) else _draft_and_translate
+            prop, q_target, translate_s = propose(drafter, translator, ctx, committed, out, k, rule,
+                                                  target.needs_q, metrics)
+            if len(prop.target_ids) > target_room:  # a split n-gram can outgrow the drafts
+                prop, q_target = prop.prefix(target_room), (q_target[:target_room]
+                                                              if q_target is not None else None)
+        else:
+            prop, q_target, translate_s = Proposal(), _no_rows(target), 0.0
         # 3. verify (one target forward)
         verdict = target.verify(prop.target_ids, q_target)
         metrics.target_forwards += 1
@@ -181,9 +192,14 @@ def decode_speculative(drafter: Drafter, target: LocalTarget, translator: Transl
     metrics.wall_s = time.perf_counter() - t0
 
 
+def _no_rows(target) -> torch.Tensor | None:
+    """q' for an empty proposal: [0, V] when the target verifies by rejection, else None."""
+    return torch.zeros(0, target.vocab_size) if target.needs_q else None
+
+
 def _draft_and_translate(drafter: Drafter, translator, ctx: DraftContext, committed: list[int],
-                         out: Forward, cfg: SpecConfig, rule, needs_q: bool, metrics: Metrics):
-    """Draft up to k drafter tokens from the state ``out``, stopping early once the draft can
+                         out: Forward, k: int, rule, needs_q: bool, metrics: Metrics):
+    """Draft up to k (>= 1) drafter tokens from the state ``out``, stopping early once the draft can
     no longer translate or when the stopping rule says so (drafter confidence, or the acceptance
     head's predicted chance that some token so far is rejected); then translate them.
     Returns (proposal, q' [m, Vt] or None, translation seconds)."""
@@ -192,7 +208,7 @@ def _draft_and_translate(drafter: Drafter, translator, ctx: DraftContext, commit
     qrows: list[torch.Tensor] = []  # [Vd] each, when sampling
     if use_head:
         rule.reset()
-    for i in range(cfg.k):
+    for i in range(k):
         d, q, conf = drafter.pick(out.logits[-1], want_conf=isinstance(rule, _Confidence))
         drafts.append(d)
         if q is not None:
@@ -202,23 +218,28 @@ def _draft_and_translate(drafter: Drafter, translator, ctx: DraftContext, commit
             break
         if rule is not None and rule.update(drafter.accept_prob(out, d) if use_head else conf):
             break
-        if i < cfg.k - 1:
+        if i < k - 1:
             out = drafter.model.extend([d], hidden=use_head)
             metrics.drafter_forwards += 1
     t0 = time.perf_counter()
     prop = translator.translate(drafts, ctx=ctx, history=committed)
-    q_target = (translator.proposal_dists(prop, drafts, torch.stack(qrows[: prop.consumed]))
-                if needs_q else None)
+    q_target = None
+    if needs_q:  # [consumed, Vd] drafter rows -> [m, Vt]; an empty proposal has no rows
+        q_draft = torch.stack(qrows[: prop.consumed]) if prop.consumed else torch.zeros(0, 0)
+        q_target = translator.proposal_dists(prop, drafts, q_draft)
     return prop, q_target, time.perf_counter() - t0
 
 
 def _propose_slrs(drafter: Drafter, proposer: SLRSProposer, ctx: DraftContext, committed: list[int],
-                  out: Forward, cfg: SpecConfig, rule, needs_q: bool, metrics: Metrics):
+                  out: Forward, k: int, rule, needs_q: bool, metrics: Metrics):
     """slrs drafts target tokens directly, from the drafter's string distribution psi (exact,
     so rejection sampling against it is lossless). Same return as _draft_and_translate."""
     f0 = proposer.forwards
-    ids, rows = proposer.propose(drafter.model, ctx, out.logits[-1], cfg.k, drafter.sampling, drafter.gen)
+    ids, rows = proposer.propose(drafter.model, ctx, out.logits[-1], k, drafter.sampling, drafter.gen)
     metrics.drafter_forwards += proposer.forwards - f0
     prop = Proposal(target_ids=ids, spans=[(0, 0)] * len(ids), sub=[0] * len(ids),
-                    from_cache=[False] * len(ids))
-    return prop, (torch.stack(rows) if needs_q and rows else None), 0.0
+                    from_cache=[False] * len(ids), consumed=len(ids))
+    q = None
+    if needs_q:
+        q = torch.stack(rows) if rows else torch.zeros(0, proposer.vt)
+    return prop, q, 0.0

@@ -12,18 +12,20 @@ from typing import Protocol
 
 import torch
 
-from .errors import OmniDraftError
+from .modes import check_verify_mode
 from .records import topk_rows
 from .runtime import CausalLM
-from .sampling import SamplingConfig, probs
+from .sampling import LazyProbs, SamplingConfig
+from .text import model_eos_ids
 from .verify import Verdict, verify_greedy, verify_point_mass, verify_rejection
-
-VERIFY_MODES = ("rejection", "point-mass")
 
 
 class Target(Protocol):
     vocab_size: int
     max_length: int
+    needs_q: bool  # rejection sampling: verify needs q' [m, V]
+    eos_ids: set[int]  # the model's own end-of-sequence ids (generation config)
+    last_rows: tuple[torch.Tensor, torch.Tensor] | None  # top-k rows of the last verify
 
     def start(self, prompt_ids: list[int]) -> None: ...
 
@@ -33,16 +35,16 @@ class Target(Protocol):
 class LocalTarget:
     """In-process target. ``q``: [m, V] proposal distributions (rejection mode), else None."""
 
-    def __init__(self, model: CausalLM, sampling: SamplingConfig, mode: str = "rejection",
-                 record_topk: int = 0):
+    def __init__(self, model: CausalLM, sampling: SamplingConfig, mode: str = "point-mass",
+                 record_topk: int = 0, stream: str = "verify"):
         """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
-        probabilities ([n+1, k] each) at the committed positions, for training records."""
-        if mode not in VERIFY_MODES:
-            raise OmniDraftError(f"unknown verify mode '{mode}'", f"choose one of {', '.join(VERIFY_MODES)}")
+        probabilities ([n+1, k] each) at the committed positions, for training records.
+        ``stream``: the name of this verifier's random stream (sampling.py)."""
+        check_verify_mode(mode)
         self.model = model
         self.sampling = sampling
         self.mode = mode
-        self.gen = sampling.generator()
+        self.gen = sampling.generator(stream)
         self.pending: int | None = None
         self.forwards = 0
         self.record_topk = record_topk
@@ -60,6 +62,10 @@ class LocalTarget:
     def needs_q(self) -> bool:
         return not self.sampling.greedy and self.mode == "rejection"
 
+    @property
+    def eos_ids(self) -> set[int]:
+        return model_eos_ids(self.model)
+
     def start(self, prompt_ids: list[int]) -> None:
         if len(prompt_ids) > 1:
             self.model.prefill(prompt_ids[:-1])
@@ -68,23 +74,43 @@ class LocalTarget:
             self.model.reset()
         self.pending = prompt_ids[-1]
 
-    def verify(self, proposal: list[int], q: torch.Tensor | None = None) -> Verdict:
+    def check(self, proposal: list[int], q: torch.Tensor | None) -> None:
+        """Raise ValueError, before anything changes, if ``proposal`` / ``q`` cannot be verified."""
         if self.pending is None:
             raise RuntimeError("verify before start")
+        m, vocab = len(proposal), self.vocab_size
+        if any(not 0 <= t < vocab for t in proposal):
+            raise ValueError(f"proposal ids must be in 0..{vocab - 1}")
+        if self.model.length + 1 + m > self.max_length:
+            raise ValueError(f"a {m}-token proposal would pass the context window of {self.max_length}")
+        if self.needs_q and m and (q is None or tuple(q.shape) != (m, vocab)):
+            raise ValueError(f"rejection mode needs q of shape [{m}, {vocab}]")
+
+    def verify(self, proposal: list[int], q: torch.Tensor | None = None) -> Verdict:
+        """One forward over [pending, proposal]; the cache ends holding the committed context
+        (minus the new pending token). On any error the cache is as it was before the call."""
+        self.check(proposal, q)
+        length = self.model.length
+        try:
+            verdict = self._verify(proposal, q)
+        except BaseException:
+            self.model.truncate(length)
+            raise
+        self.pending = verdict.token
+        return verdict
+
+    def _verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
         logits = self.model.extend([self.pending] + list(proposal)).logits  # [m+1, V]
         self.forwards += 1
         if self.sampling.greedy:
             verdict = verify_greedy(proposal, logits.argmax(-1).tolist())
         else:
-            p = probs(logits, self.sampling)  # [m+1, V]
-            if self.mode == "rejection":
-                if q is None or q.shape != (len(proposal), p.shape[1]):
-                    raise ValueError(f"rejection mode needs q of shape [{len(proposal)}, {p.shape[1]}]")
+            p = LazyProbs(logits, self.sampling)  # [m+1, V], rows computed when read
+            if self.mode == "rejection" and proposal:
                 verdict = verify_rejection(proposal, q, p, self.gen)
             else:
                 verdict = verify_point_mass(proposal, p, self.gen)
         if self.record_topk:
             self.last_rows = topk_rows(logits[: verdict.accepted + 1], self.record_topk)
         self.model.rollback(len(proposal) - verdict.accepted)
-        self.pending = verdict.token
         return verdict

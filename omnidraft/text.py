@@ -22,16 +22,24 @@ def encode_prompt(tok, prompt: str, *, chat: bool) -> list[int]:
     return [int(i) for i in tok(prompt, add_special_tokens=True)["input_ids"]]
 
 
-def stop_ids(tok, generation_config=None) -> set[int]:
-    """End-of-sequence ids: the tokenizer's EOS plus the model's generation-config EOS ids."""
-    ids: set[int] = set()
-    if tok.eos_token_id is not None:
-        ids.add(int(tok.eos_token_id))
+def generation_eos_ids(generation_config) -> set[int]:
+    """The EOS ids of a model's generation config (none without one)."""
     eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
     if isinstance(eos, int):
-        ids.add(eos)
-    elif eos:
-        ids.update(int(e) for e in eos)
+        return {eos}
+    return {int(e) for e in eos} if eos else set()
+
+
+def model_eos_ids(lm) -> set[int]:
+    """The EOS ids of an LM wrapper's underlying Hugging Face model, if it has one."""
+    return generation_eos_ids(getattr(getattr(lm, "model", None), "generation_config", None))
+
+
+def stop_ids(tok, eos_ids: set[int] = frozenset()) -> set[int]:
+    """End-of-sequence ids: the tokenizer's EOS plus the model's own ``eos_ids``."""
+    ids = set(eos_ids)
+    if tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
     return ids
 
 

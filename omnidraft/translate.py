@@ -30,6 +30,12 @@ class Proposal:
     def ngram_count(self) -> int:
         return sum(self.from_cache)
 
+    def prefix(self, m: int) -> "Proposal":
+        """The first ``m`` proposed tokens (and the draft tokens they cover)."""
+        spans = self.spans[:m]
+        return Proposal(self.target_ids[:m], spans, self.sub[:m], self.from_cache[:m],
+                        max((e for _, e in spans), default=0))
+
 
 class Translator:
     def __init__(self, vmap: VocabMap, cache: NgramCache | None):

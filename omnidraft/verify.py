@@ -8,7 +8,9 @@ Definitions (shared by every mode):
 - correction token: when n < m, a token drawn for position n+1 in place of the rejected t_{n+1},
   from the mode's residual distribution; it is always committed.
 - bonus token: when n == m, a token drawn from p[m], the position after the whole proposal.
-Each round therefore commits n + 1 tokens. These functions know no models and no vocabularies.
+Each round therefore commits n + 1 tokens. ``p`` and ``q`` are read row by row (``p[i]``), so
+they may be lazily computed rows (sampling.LazyProbs). These functions know no models and no
+vocabularies.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from .sampling import sample
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ def verify_greedy(proposal: list[int], target_argmax: list[int]) -> Verdict:
 
 
 def _draw(dist: torch.Tensor, gen: torch.Generator) -> int:
-    return int(torch.multinomial(dist, 1, generator=gen))
+    return sample(dist, gen)
 
 
 def verify_rejection(proposal: list[int], q: torch.Tensor, p: torch.Tensor,
@@ -55,7 +59,7 @@ def verify_rejection(proposal: list[int], q: torch.Tensor, p: torch.Tensor,
     """
     m = len(proposal)
     for i, t in enumerate(proposal):
-        pt, qt = float(p[i, t]), float(q[i, t])
+        pt, qt = float(p[i][t]), float(q[i][t])
         u = float(torch.rand((), generator=gen))
         if qt > 0 and u < min(1.0, pt / qt):
             continue
@@ -74,7 +78,7 @@ def verify_point_mass(proposal: list[int], p: torch.Tensor, gen: torch.Generator
     """
     m = len(proposal)
     for i, t in enumerate(proposal):
-        pt = float(p[i, t])
+        pt = float(p[i][t])
         u = float(torch.rand((), generator=gen))
         if u < pt:
             continue

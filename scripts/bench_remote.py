@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     from omnidraft.sampling import SamplingConfig
     from omnidraft.speculative import SpecConfig
     from omnidraft.target import LocalTarget
-    from omnidraft.text import encode_prompt, stop_ids
+    from omnidraft.text import encode_prompt, model_eos_ids, stop_ids
 
     set_threads(args.threads)
     token = secrets.token_urlsafe(24)
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     url, server = serve(target.model, args.target, token)
     pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
     prompts = [(p, False) for p in humaneval(limit=args.prompts)] + [(p, True) for p in CHAT_PROMPTS[: args.prompts]]
-    stop = stop_ids(ttok, target.model.generation_config)
+    stop = stop_ids(ttok, model_eos_ids(target))
     report = stamp_report(drafter=args.drafter, target=args.target, dtype=args.dtype, k=args.k,
                           max_new_tokens=args.max_new_tokens, network="loopback + SIMULATED round trip "
                           "(sleep in the client transport per request)",

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     from omnidraft.pair import Pair
     from omnidraft.prompts import CHAT_PROMPTS, humaneval
     from omnidraft.speculative import SpecConfig
-    from omnidraft.text import encode_prompt, stop_ids
+    from omnidraft.text import encode_prompt, model_eos_ids, stop_ids
 
     set_threads(args.threads)
     sets = {"humaneval": (humaneval(limit=args.humaneval), False),
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     for tname in args.targets:
         ttok = load_tokenizer(tname)
         target = load_model(tname, dtype=args.dtype)
-        stop = stop_ids(ttok, target.model.generation_config)
+        stop = stop_ids(ttok, model_eos_ids(target))
         for set_name, (prompts, chat) in sets.items():
             # Interleaved: each prompt runs every configuration back to back, so load drift on a
             # shared machine hits all rows alike. Each speculative row keeps its own n-gram cache.

@@ -56,6 +56,9 @@ def llama2_tok(tmp_path_factory):
     return AutoTokenizer.from_pretrained(str(d / "package" / "models"))
 
 
+UNTRANSLATABLE = 10644  # a SmolLM2 byte-pair token (b"\x88\x92"): no map into Qwen2.5, no n-gram
+
+
 def vocab_len(tok) -> int:
     return max(len(tok), max(tok.get_vocab().values()) + 1)
 

@@ -75,3 +75,37 @@ def test_context_window_and_bad_rollback(smollm_tok):
         lm.extend(list(range(10)))
     with pytest.raises(ValueError):
         lm.rollback(11)
+
+
+@pytest.mark.parametrize("start", [0, 4, 8, 16])
+def test_sliding_window_rollback_across_several_extends(gemma_tok, start):
+    """Gemma-3 sliding layers (window 8), after a prefill of ``start`` tokens: extend 12, roll
+    back 9, extend 2, roll back 5, then extend; the logits equal a fresh forward over the same
+    tokens (transformers' sliding cache layers crashed here from start 8 on)."""
+    vocab = vocab_len(gemma_tok)
+    model = tiny("gemma3", vocab)
+    ids = torch.randint(0, vocab, (60,), generator=torch.Generator().manual_seed(3)).tolist()
+    lm = CausalLM(model)
+    if start:
+        lm.prefill(ids[:start])
+    n = start
+    for step in (12, -9, 2, -5):
+        if step > 0:
+            lm.extend(ids[n:n + step])
+        else:
+            lm.rollback(-step)
+        n += step
+    out = lm.extend(ids[n:n + 10]).logits  # [10, V]
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor([ids[:n + 10]])).logits[0, n:n + 10]
+    assert lm.length == n + 10
+    assert (out - ref).abs().max().item() <= 1e-4
+
+
+def test_fork_has_its_own_cache(qwen_tok):
+    lm = CausalLM(tiny("qwen2", vocab_len(qwen_tok)))
+    a, b = lm.fork(), lm.fork()
+    a.prefill([1, 2, 3])
+    b.prefill([4, 5])
+    assert (a.tokens, b.tokens, lm.tokens) == ([1, 2, 3], [4, 5], [])
+    assert a.model is b.model is lm.model

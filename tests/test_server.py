@@ -1,6 +1,7 @@
 """The target verification service: remote == in-process verification, every bad-input class
 gets a clear 4xx, authentication, idempotent retries, limits, and the local fallback."""
 
+import copy
 import http.client
 import json
 import socket
@@ -12,7 +13,7 @@ import torch
 import uvicorn
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.generate import generate_ar, generate_speculative
+from omnidraft.generate import generate_ar, generate_speculative, stream_speculative
 from omnidraft.pair import Pair
 from omnidraft.remote import FallbackTarget, RemoteTarget
 from omnidraft.runtime import CausalLM
@@ -127,6 +128,11 @@ def test_auth_is_required(server):
 
 @pytest.mark.parametrize("body,code", [
     (b"{not json", "bad_request"),
+    (b'{"prompt_ids": [1], "mode": "\xff\xfe"}', "bad_request"),  # invalid UTF-8
+    (b"[" * 100_000 + b"]" * 100_000, "bad_request"),  # deep nesting
+    ({"prompt_ids": [1], "sampling": {"temperature": 1e-300}}, "bad_request"),  # degenerate
+    ({"prompt_ids": [1], "sampling": {"temperature": 1.0, "seed": 2**64}}, "bad_request"),
+    ({"prompt_ids": [1], "sampling": {"temperature": 1.0, "seed": -1}}, "bad_request"),
     ({"prompt_ids": "1 2 3"}, "bad_request"),  # wrong type
     ({"prompt_ids": [1, "2"]}, "bad_request"),
     ({"prompt_ids": []}, "bad_request"),
@@ -164,17 +170,29 @@ def test_bad_verify_requests_and_rounds(server):
     assert server.raw("POST", path, {"round": 2, "proposal": [1]})[0] == 404
 
 
-def test_payload_limits(server):
-    big = json.dumps({"prompt_ids": [1] * 900_000}).encode()  # 2.7 MB > 2 MiB
-    status, out = server.raw("POST", "/v1/sessions", big)
-    assert status == 413 and out["error"]["code"] == "payload_too_large"
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    conn.putrequest("POST", "/v1/sessions")
-    conn.putheader("Authorization", f"Bearer {TOKEN}")
-    conn.putheader("Transfer-Encoding", "chunked")
+def _headers_only(server, method, path, headers, body=b"", read_timeout=3.0):
+    """Send headers (and maybe a partial body) and read the answer: the gate must answer
+    without waiting for the rest of the body."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=read_timeout)
+    conn.putrequest(method, path)
+    for k, v in headers.items():
+        conn.putheader(k, v)
     conn.endheaders()
-    conn.send(b"0\r\n\r\n")
-    assert conn.getresponse().status == 411
+    if body:
+        conn.send(body)
+    resp = conn.getresponse()
+    out = json.loads(resp.read() or b"{}")
+    conn.close()
+    return resp.status, out
+
+
+def test_payload_limits(server):
+    status, out = _headers_only(server, "POST", "/v1/sessions",
+                                {"Authorization": f"Bearer {TOKEN}", "Content-Length": str(9 << 20)})
+    assert status == 413 and out["error"]["code"] == "payload_too_large"
+    status, _ = _headers_only(server, "POST", "/v1/sessions",
+                              {"Authorization": f"Bearer {TOKEN}", "Transfer-Encoding": "chunked"}, b"0\r\n\r\n")
+    assert status == 411
 
 
 def test_session_cap_expiry_and_rate_limit(models):
@@ -208,3 +226,231 @@ def test_unreachable_cloud_falls_back_to_local(models):
     fb = FallbackTarget(dead2, LocalTarget(CausalLM(t), SamplingConfig()))
     out = generate_speculative(d, fb, pair, prompt, cfg=SpecConfig("omnidraft", k=3), max_new_tokens=12)
     assert out.token_ids == ref.token_ids
+
+
+# ---------------------------------------------------------------- hardening (#17)
+def test_every_route_authenticates_and_docs_are_off(server):
+    for path in ("/docs", "/redoc", "/openapi.json", "/v1/health", "/nope"):
+        assert server.raw("GET", path, token=None)[0] == 401, path
+    for path in ("/docs", "/redoc", "/openapi.json", "/nope"):
+        status, out = server.raw("GET", path)
+        assert status == 404 and out["error"]["code"] == "not_found", (path, out)
+    status, out = server.raw("PUT", "/v1/health", {})
+    assert status == 405 and "error" in out
+
+
+def test_authentication_runs_before_the_body_is_read(server):
+    """An unauthenticated client that declares 1.5 MB and sends 10 bytes is answered at once."""
+    t0 = time.monotonic()
+    status, out = _headers_only(server, "POST", "/v1/sessions", {"Content-Length": str(1_500_000)}, b"{" * 10)
+    assert status == 401 and out["error"]["code"] == "unauthorized"
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_rate_limit_runs_before_authentication(models):
+    s = Server(models[1], ServerLimits(rate_per_s=1, burst=3))
+    try:
+        codes = [s.raw("GET", "/v1/health", token=None)[0] for _ in range(6)]
+        assert codes[:3] == [401] * 3 and set(codes[3:]) == {429}
+    finally:
+        s.stop()
+
+
+def test_rate_limit_buckets_are_evicted():
+    from omnidraft.server_gate import RateLimit
+
+    rate = RateLimit(rate=1e6, burst=5, max_clients=100)
+    for i in range(5000):
+        assert rate.allow(f"10.0.{i // 256}.{i % 256}")
+    assert len(rate.buckets) <= 100
+
+
+def test_failed_requests_leave_the_session_unchanged_and_replays_must_match(server):
+    status, out = server.raw("POST", "/v1/sessions", {"prompt_ids": [1, 2, 3], "mode": "rejection",
+                                                      "sampling": {"temperature": 1.0, "seed": 3}})
+    assert status == 200
+    sid, manager = out["session"], server.app.app.state.manager
+    path = f"/v1/sessions/{sid}/verify"
+    length = manager.sessions[sid].target.model.length
+    bad = [{"round": 0, "proposal": [5, 6]},  # rejection mode without q
+           {"round": 0, "proposal": [5], "q": [{"ids": "!!", "probs": ""}]},
+           {"round": 0, "proposal": [5], "q": [{"ids": _b64([5], "<i4"), "probs": _b64([2.0], "<f4")}]},
+           {"round": 0, "proposal": [5], "q": [{"ids": _b64([10**8], "<i4"), "probs": _b64([1.0], "<f4")}]}]
+    for body in bad:
+        status, err = server.raw("POST", path, body)
+        assert 400 <= status < 500 and "error" in err, (body, err)
+        assert manager.sessions[sid].target.model.length == length
+    good = {"round": 0, "proposal": [5], "q": [{"ids": _b64([5], "<i4"), "probs": _b64([1.0], "<f4")}]}
+    first = server.raw("POST", path, good)
+    assert first[0] == 200 and server.raw("POST", path, good) == first  # an identical retry
+    other = {"round": 0, "proposal": [6], "q": [{"ids": _b64([6], "<i4"), "probs": _b64([1.0], "<f4")}]}
+    status, err = server.raw("POST", path, other)
+    assert (status, err["error"]["code"]) == (409, "replay_mismatch")
+    server.raw("DELETE", f"/v1/sessions/{sid}")
+
+
+def _b64(values, dtype):
+    import base64
+
+    import numpy as np
+
+    return base64.b64encode(np.array(values, dtype=dtype).tobytes()).decode()
+
+
+def test_session_and_cache_caps_hold_under_concurrent_opens(models):
+    s = Server(models[1], ServerLimits(max_sessions=3, max_cache_tokens=100, burst=10_000, rate_per_s=10_000))
+    try:
+        def burst(prompt_len, n):
+            codes = []
+            threads = [threading.Thread(target=lambda: codes.append(
+                s.raw("POST", "/v1/sessions", {"prompt_ids": list(range(1, prompt_len + 1))})[0])) for _ in range(n)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            return codes
+        codes = burst(5, 10)
+        assert codes.count(200) == 3 and codes.count(503) == 7
+        manager = s.app.app.state.manager
+        manager.sessions.clear()
+        codes = burst(30, 8)  # 3 x 30 fit in 100 cache tokens, a fourth does not
+        assert codes.count(200) == 3 and manager.cache_tokens() <= 100
+    finally:
+        s.stop()
+
+
+def test_a_failed_prefill_leaves_no_session(models, monkeypatch):
+    from omnidraft.server import OpenIn, SessionManager
+
+    manager = SessionManager(models[1], "tiny", ServerLimits())
+    monkeypatch.setattr(LocalTarget, "start", lambda self, ids: (_ for _ in ()).throw(RuntimeError("oom")))
+    with pytest.raises(RuntimeError):
+        manager.open(OpenIn(prompt_ids=[1, 2, 3]))
+    assert manager.sessions == {} and manager.cache_tokens() == 0
+
+
+def test_health_answers_during_a_long_prefill(models, monkeypatch):
+    s = Server(models[1], ServerLimits(burst=10_000, rate_per_s=10_000))
+    real = LocalTarget.start
+
+    def slow(self, ids):
+        time.sleep(2.0)
+        real(self, ids)
+    monkeypatch.setattr(LocalTarget, "start", slow)
+    try:
+        opener = threading.Thread(target=lambda: s.raw("POST", "/v1/sessions", {"prompt_ids": [1, 2]}))
+        opener.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert s.raw("GET", "/v1/health")[0] == 200
+        assert time.monotonic() - t0 < 0.5
+        opener.join()
+    finally:
+        s.stop()
+
+
+class _Liar:
+    """A loopback HTTP server answering every request with a fixed status and body."""
+
+    def __init__(self, status, body: bytes):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            do_GET = do_POST = do_DELETE = _answer
+
+            def log_message(self, *a):
+                pass
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+
+
+@pytest.mark.parametrize("status,body,error", [
+    (200, b"x" * ((16 << 20) + 10), "over"),
+    (200, b"[1, 2]", "not a JSON object"),
+    (200, json.dumps({"session": "s", "round": 0, "accepted": 7, "token": 1}).encode(), "invalid verify reply"),
+    (200, json.dumps({"session": "s", "round": 0, "accepted": 0, "token": 10**9}).encode(), "invalid verify reply"),
+    (404, b'{"error": {"code": "unknown_session", "message": "expired"}}', "unknown_session"),
+    (413, b'{"error": {"code": "payload_too_large", "message": "big"}}', "payload_too_large"),
+    (503, b'{"error": {"code": "at_capacity", "message": "full"}}', "at_capacity"),
+])
+def test_client_bounds_and_checks_replies(status, body, error):
+    from omnidraft.remote import BadReply, RemoteUnavailable
+
+    liar = _Liar(status, body)
+    try:
+        t = RemoteTarget(liar.url, TOKEN, SamplingConfig(), retries=0)
+        t._info = {"vocab_size": 1000, "max_length": 64, "model": "x", "eos_ids": []}
+        t.session = "s"
+        want = RemoteUnavailable if status in (404, 413, 503) else BadReply
+        with pytest.raises(want, match=error):
+            t.verify([1, 2])
+    finally:
+        liar.stop()
+
+
+def test_fallback_mid_generation_after_the_session_expires(models, server):
+    d, t, pair = models
+    prompt = "def add(a, b):\n"
+    ref = generate_ar(CausalLM(t), pair.target_tok, prompt, max_new_tokens=20)
+    manager = server.app.app.state.manager
+    remote = RemoteTarget(server.url, TOKEN, SamplingConfig(), "point-mass")
+    fb = FallbackTarget(remote, LocalTarget(CausalLM(t), SamplingConfig(), "point-mass", stream="fallback"))
+    chunks = stream_speculative(d, fb, pair, prompt, cfg=SpecConfig("omnidraft", k=3), max_new_tokens=20)
+    next(chunks)  # the first round went through the server
+    assert not fb.fell_back
+    manager.sessions.clear()  # the server forgets the session: the next verify gets a 404
+    while True:
+        try:
+            next(chunks)
+        except StopIteration as done:
+            out = done.value
+            break
+    assert fb.fell_back and out.token_ids == ref.token_ids
+
+
+def test_remote_reports_the_models_eos_ids(models):
+    """The served model's generation-config EOS (not the tokenizer's) stops a remote generation
+    where `ar` stops."""
+    _, t, pair = models
+    prompt = "def add(a, b):\n"
+    ref = generate_ar(CausalLM(t), pair.target_tok, prompt, max_new_tokens=12).token_ids
+    stop_at = ref[4]
+    assert stop_at not in ref[:4]
+    t2 = copy.deepcopy(t)
+    t2.generation_config.eos_token_id = [stop_at]
+    s = Server(t2)
+    try:
+        remote = RemoteTarget(s.url, TOKEN, SamplingConfig())
+        assert remote.eos_ids == {stop_at}
+        out = generate_speculative(models[0], remote, pair, prompt, cfg=SpecConfig("omnidraft", k=3),
+                                   max_new_tokens=12)
+        assert out.token_ids == generate_ar(CausalLM(t2), pair.target_tok, prompt, max_new_tokens=12).token_ids
+        assert out.token_ids == ref[:5]
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("strategy,mode", [("tli", "rejection"), ("omnidraft", "point-mass"),
+                                           ("slem", "point-mass"), ("slrs", "rejection")])
+def test_sampling_through_the_server_equals_in_process(models, server, strategy, mode):
+    """Sampling end to end: the server derives the same verify stream from the seed, so a remote
+    generation equals the in-process one draw for draw (tli with k=6 sends six q' rows)."""
+    d, t, pair = models
+    sampling = SamplingConfig(temperature=0.7, seed=11)
+    cfg = SpecConfig(strategy, k=6)
+    local = generate_speculative(d, CausalLM(t), pair, "def add(a, b):", cfg=cfg, max_new_tokens=16,
+                                 sampling=sampling, verify_mode=mode)
+    remote = RemoteTarget(server.url, TOKEN, sampling, mode)
+    out = generate_speculative(d, remote, pair, "def add(a, b):", cfg=cfg, max_new_tokens=16, sampling=sampling)
+    assert out.token_ids == local.token_ids and out.lossless
+    remote.close()

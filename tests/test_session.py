@@ -83,6 +83,35 @@ def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwe
     s.close()
 
 
+def test_interleaved_session_streams_are_each_the_targets(home, models, qwen_tok):
+    """Two stream() generators of one Session, advanced in turn (and a sampling Session whose
+    default verify mode is lossless): each greedy output is the target's own."""
+    from omnidraft import Session
+    from omnidraft.sampling import SamplingConfig
+
+    drafter, target = models
+    s = Session(drafter, target, target_dtype="fp32", log=False)
+    t = CausalLM(s.target.model)
+    refs = [generate_ar(t, qwen_tok, p, max_new_tokens=20).text for p in PROMPTS[:2]]
+    gens = [s.stream(p, max_new_tokens=20) for p in PROMPTS[:2]]
+    texts = ["", ""]
+    live = [True, True]
+    while any(live):
+        for i, g in enumerate(gens):
+            if live[i]:
+                try:
+                    texts[i] += next(g)
+                except StopIteration:
+                    live[i] = False
+    assert texts == refs
+    sampled = Session(drafter, target, target_dtype="fp32", log=False,
+                      sampling=SamplingConfig(temperature=0.7, seed=1))
+    assert sampled.verify == "point-mass" and sampled.lossless
+    assert sampled.generate(PROMPTS[0], max_new_tokens=8).lossless
+    s.close()
+    sampled.close()
+
+
 @pytest.fixture()
 def self_pair(home, models, tmp_path):
     """Drafter == target (same tiny model and tokenizer): the records are the drafter's own greedy

@@ -1,0 +1,163 @@
+"""Statistical losslessness: for every strategy and every verify mode modes.py calls lossless, at
+T=1, T=0.7 and top-p 0.9, with a seed per draw and without one, the first three generated tokens
+are distributed as the target's own sampling.
+
+The pair is a cross-vocabulary one (SmolLM2 tokenizer -> Qwen2.5 tokenizer) of random neural
+bigram LMs (tests/bigram.py) that favour the same strings, including a drafter token with no
+translation (empty proposals), n-gram merges ("):\\n") and splits ("\\n    "). Position j's exact
+distribution given x_{j-1} is known in closed form; the test pools Pearson's chi-square over the
+contexts x_{j-1} (cells with expected count >= 5, the rest in one tail cell) and fails at
+p < ALPHA. Any draw the target gives probability 0 (e.g. outside the top-p nucleus) fails at once.
+Each test draws as many generations as position 1 needs to detect a total-variation shift of
+0.05 between its two likeliest cells with power 0.8 (750-950 here), prints the shift each
+position detects, and asserts position 1's is <= 0.05.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+import pytest
+import torch
+from scipy import optimize, stats
+
+from omnidraft.generate import generate_speculative
+from omnidraft.modes import VERIFY_MODES, default_verify_mode, is_lossless
+from omnidraft.pair import Pair
+from omnidraft.sampling import SamplingConfig, probs
+from omnidraft.speculative import STRATEGIES, SpecConfig
+
+from .bigram import BigramLM
+from .conftest import UNTRANSLATABLE, vocab_len
+
+ALPHA = 1e-4  # per position; seeded tests are deterministic, unseeded ones flake < 0.3% per run
+TV = 0.05  # the shift position 1 must detect with power POWER: sets each test's number of draws
+POWER = 0.8
+PROMPT = "def add(a, b):"
+PREFERENCES = {" the": 0.8, "\n": 0.72, "(": 0.6, "\n    ": 0.56, " x": 0.48, ")": 0.4, " =": 0.4,
+               "):\n": 0.4, "    ": 0.32, " Eiffel": 0.28, " return": 0.24, ":": 0.2, "é": 0.16,
+               "def": 0.12, " a": 0.4, " b": 0.4, " +": 0.32, "1": 0.24, " if": 0.2, " in": 0.28,
+               ",": 0.36, " for": 0.16}
+SAMPLINGS = {"T1": (1.0, 1.0), "T0.7": (0.7, 1.0), "top-p0.9": (1.0, 0.9)}
+
+
+def _favour(tok, extra: dict[int, float] | None = None) -> dict[int, float]:
+    out: dict[int, float] = dict(extra or {})
+    for piece, pref in PREFERENCES.items():
+        for i in tok.encode(piece, add_special_tokens=False):
+            out[i] = max(out.get(i, -1.0), pref)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bigram_pair(smollm_tok, qwen_tok):
+    vd, vt = vocab_len(smollm_tok), vocab_len(qwen_tok)
+    d = BigramLM(vd, _favour(smollm_tok, {UNTRANSLATABLE: 0.4}), seed=11, noise=0.4, name="draft")
+    t = BigramLM(vt, _favour(qwen_tok), seed=12, noise=0.4, name="target")
+    pair = Pair(smollm_tok, qwen_tok, vd, vt)
+    assert pair.vmap.d2t[UNTRANSLATABLE] < 0 and pair.cache.longest([UNTRANSLATABLE], 0, 1) is None
+    return d, t, pair
+
+
+def lossless_cases():
+    """Every strategy x every mode modes.py calls lossless: the three samplings with a seed per
+    draw and T=1 without one. slrs (a drafter forward per lookahead branch: ~45 ms a draw here)
+    runs its default mode seeded in full and point-mass, shared with every other strategy, at
+    T=1 only."""
+    for strategy in STRATEGIES:
+        if strategy == "ar":
+            continue
+        for mode in VERIFY_MODES:
+            if not is_lossless(strategy, mode, SamplingConfig(temperature=1.0)):
+                continue
+            full = strategy != "slrs" or mode == default_verify_mode(strategy)
+            for name in (SAMPLINGS if full else ["T1"]):
+                yield strategy, mode, name, True
+            if strategy != "slrs":
+                yield strategy, mode, "T1", False  # unseeded: OS entropy per draw
+
+
+def _power_lambda(dof: int) -> float:
+    """Noncentrality at which the chi-square test with ``dof`` rejects at ALPHA with POWER."""
+    crit = stats.chi2.isf(ALPHA, dof)
+    return optimize.brentq(lambda x: stats.ncx2.sf(crit, dof, x) - POWER, 1e-6, 1e6)
+
+
+def _detectable_tv(n_by_ctx: list[tuple[int, torch.Tensor]], dof: int) -> float:
+    """Smallest shift of mass between the two likeliest cells of every context that the pooled
+    chi-square test detects with power 0.8 at ALPHA: lambda = delta^2 * sum n (1/p_1 + 1/p_2)."""
+    if dof < 1:
+        return math.inf
+    weight = sum(n * float(1 / p[0] + 1 / p[1]) for n, p in n_by_ctx)
+    return math.sqrt(_power_lambda(dof) / weight) if weight else math.inf
+
+
+def _draws_for(p: torch.Tensor) -> int:
+    """Draws for which position 1 (distribution ``p`` [V]) detects a TV shift with power 0.8."""
+    top = torch.sort(p, descending=True).values
+    n = 1000
+    for _ in range(3):  # the number of cells grows a little with n
+        dof = int((p * n >= 5).sum())
+        n = math.ceil(1.02 * _power_lambda(dof) / (TV ** 2 * float(1 / top[0] + 1 / top[1])))
+    return n
+
+
+def _position_test(target, sampling, contexts: dict[int, list[int]]) -> tuple[float, float, int]:
+    """(p-value, detectable TV, draws) for one position: ``contexts`` maps x_{j-1} to the tokens
+    drawn at position j after it."""
+    chi, dof, power = 0.0, 0, []
+    for prev, drawn in contexts.items():
+        p = probs(target.logits_after([prev])[0], sampling)  # [V] the exact distribution
+        impossible = [t for t in drawn if float(p[t]) == 0.0]
+        assert not impossible, f"drew tokens the target gives probability 0: {impossible[:5]}"
+        n = len(drawn)
+        if n < 20:
+            continue
+        counts = Counter(drawn)
+        cells = [i for i in torch.nonzero(p * n >= 5).flatten().tolist()]
+        obs = [counts.get(i, 0) for i in cells]
+        exp = [float(p[i]) * n for i in cells]
+        rest_obs, rest_exp = n - sum(obs), n - sum(exp)
+        if rest_exp > 1e-9:
+            obs.append(rest_obs)
+            exp.append(rest_exp)
+        elif rest_obs:
+            pytest.fail(f"{rest_obs} draws outside cells holding all the mass")
+        chi += sum((o - e) ** 2 / e for o, e in zip(obs, exp))
+        dof += len(obs) - 1
+        power.append((n, torch.sort(p, descending=True).values[:2]))
+    pvalue = float(stats.chi2.sf(chi, dof)) if dof else 1.0
+    return pvalue, _detectable_tv(power, dof), sum(len(v) for v in contexts.values())
+
+
+@pytest.mark.parametrize("strategy,mode,sampling_name,seeded", list(lossless_cases()))
+def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampling_name, seeded):
+    d, t, pair = bigram_pair
+    temperature, top_p = SAMPLINGS[sampling_name]
+    last = pair.target_tok(PROMPT)["input_ids"][-1]
+    draws = _draws_for(probs(t.logits_after([last])[0], SamplingConfig(temperature=temperature, top_p=top_p)))
+    positions = [defaultdict(list) for _ in range(3)]  # position j: x_{j-1} -> draws
+    proposed = accepted = 0
+    for s in range(draws):
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=s if seeded else None)
+        out = generate_speculative(d, t, pair, PROMPT, cfg=SpecConfig(strategy, k=3), max_new_tokens=3,
+                                   sampling=sampling, verify_mode=mode)
+        assert out.lossless
+        proposed += out.metrics["proposed"]
+        accepted += out.metrics["accepted"]
+        prev = last
+        for j, x in enumerate(out.token_ids):
+            positions[j][prev].append(x)
+            prev = x
+    sampling = SamplingConfig(temperature=temperature, top_p=top_p)
+    report = []
+    for j, contexts in enumerate(positions):
+        pvalue, tv, n = _position_test(t, sampling, contexts)
+        report.append((j + 1, pvalue, tv, n))
+        print(f"{strategy}/{mode}/{sampling_name}/{'seeded' if seeded else 'unseeded'} position {j + 1}: "
+              f"{n} draws, p = {pvalue:.3g}, detects TV >= {tv:.3f}")
+    assert accepted >= 20, (accepted, proposed)  # acceptance and bonus paths were exercised
+    assert report[0][2] <= TV * 1.01, report
+    bad = [r for r in report if r[1] < ALPHA]
+    assert not bad, report

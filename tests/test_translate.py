@@ -1,0 +1,64 @@
+"""Translator contract on a hand-built vocabulary: mapping rule (1) (direct map, n-gram merges
+and splits, an unmapped token ending the proposal) and rule (2)'s q', and the exact output
+distribution of rejection sampling with that q' against the point-mass rule (no sampling: the
+sums over every draft are computed)."""
+
+import numpy as np
+import torch
+
+from omnidraft.ngram import NgramCache
+from omnidraft.translate import Translator
+from omnidraft.vocab import VocabMap
+
+# drafter ids: 0 "a", 1 "b", 2 "xy" (no target token "xy"), 3 "z" (unmapped, no n-gram)
+# target ids:  0 "a", 1 "b", 2 "ab", 3 "c", 4 "x", 5 "y"
+D_BYTES = [b"a", b"b", b"xy", b"z"]
+T_BYTES = [b"a", b"b", b"ab", b"c", b"x", b"y"]
+
+
+def toy() -> Translator:
+    vmap = VocabMap(d2t=np.array([0, 1, -1, -1]), t2d=np.array([0, 1, -1, -1, -1, -1]),
+                    draft_bytes=D_BYTES, target_bytes=T_BYTES, draft_kind="bytes", target_kind="bytes")
+    cache = NgramCache(max_n=4)
+    assert cache.add((0, 1), (2,), seeded=True)  # merge: a b -> "ab"
+    assert cache.add((2,), (4, 5), seeded=True)  # split: "xy" -> x y
+    return Translator(vmap, cache)
+
+
+def test_rule_1_direct_merge_split_and_unmapped():
+    tr = toy()
+    p = tr.translate([0, 1, 0])  # a b a -> "ab" (n-gram), a (direct)
+    assert (p.target_ids, p.spans, p.from_cache, p.consumed) == ([2, 0], [(0, 2), (2, 3)], [True, False], 3)
+    p = tr.translate([2, 1])  # xy b -> x y (split, the second determined by the first), b
+    assert (p.target_ids, p.sub, p.consumed) == ([4, 5, 1], [0, 1, 0], 2)
+    p = tr.translate([1, 3, 0])  # b, then z has no translation: the proposal ends there
+    assert (p.target_ids, p.consumed) == ([1], 1)
+    assert tr.translate([3]).target_ids == [] and tr.proposal_dists(tr.translate([3]), [3], torch.zeros(0, 4)).shape == (0, 6)
+    assert tr.viable([0]) and not tr.viable([3])
+    assert tr.translate([0, 1]).prefix(0).target_ids == []
+
+
+def test_rule_2_is_approximate_and_point_mass_is_exact():
+    """Context-free drafter q = (a .5, b .5); target p = [.2, .1, .2, .5, 0, 0]. Every two-token
+    draft is translated by the real Translator and its first target token verified; the exact
+    output distribution of rejection sampling with rule (2)'s q' departs from p, the point-mass
+    rule's equals p."""
+    tr = toy()
+    q = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    p = torch.tensor([0.2, 0.1, 0.2, 0.5, 0.0, 0.0])
+    rule2 = torch.zeros(6)
+    point = torch.zeros(6)
+    for d1 in (0, 1):
+        for d2 in (0, 1):
+            w = float(q[d1] * q[d2])
+            prop = tr.translate([d1, d2])
+            t = prop.target_ids[0]
+            qt = tr.proposal_dists(prop, [d1, d2], torch.stack([q, q]))[0]  # [6] rule (2)
+            acc = min(1.0, float(p[t] / qt[t]))
+            resid = torch.clamp(p - qt, min=0.0)
+            rule2 += w * (acc * torch.eye(6)[t] + (1 - acc) * resid / resid.sum())
+            rest = p.clone()
+            rest[t] = 0.0
+            point += w * (float(p[t]) * torch.eye(6)[t] + (1 - float(p[t])) * rest / rest.sum())
+    assert 0.5 * float((rule2 - p).abs().sum()) > 0.05, rule2
+    assert torch.allclose(point, p, atol=1e-6)
