@@ -84,7 +84,8 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
     """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
 
     ``target``: a model (CausalLM or any LM: verified in-process by a LocalTarget) or any Target
-    (e.g. remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also builds the training record.
+    (e.g. remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also
+    builds the training record.
     ``verify_mode`` (sampling only): rejection | point-mass; default: the strategy's lossless
     mode (modes.py). A RemoteTarget carries its own mode.
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
@@ -124,7 +125,8 @@ def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
     if local:
         verify_mode = verify_mode or default_verify_mode(cfg.strategy)
     else:  # a Target object (remote, fallback) was built with its mode
-        verify_mode = getattr(target, "mode", None) or verify_mode or default_verify_mode(cfg.strategy, remote=True)
+        verify_mode = (getattr(target, "mode", None) or verify_mode
+                       or default_verify_mode(cfg.strategy, remote=True))
     lossless = is_lossless(cfg.strategy, verify_mode, sampling)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)

@@ -120,23 +120,23 @@ class RemoteTarget:
                 self.conn.close()
                 self.conn = None
                 raise BadReply(f"target server reply over {MAX_REPLY_BYTES} bytes", "check the server URL")
+            if (resp.status >= 500 and resp.status != 503) or resp.status == 429:
+                last = RuntimeError(f"server answered {resp.status}")
+                continue
             try:
                 out = json.loads(payload or b"{}")
             except ValueError:
                 out = None
-            if not isinstance(out, dict):
-                raise BadReply(f"target server answered {resp.status} with a body that is not a JSON object",
-                               "check the server URL")
-            if (resp.status >= 500 and resp.status != 503) or resp.status == 429:
-                last = RuntimeError(f"server answered {resp.status}")
-                continue
             if resp.status >= 400:
-                err = out.get("error") if isinstance(out.get("error"), dict) else {}
+                err = out.get("error") if isinstance(out, dict) and isinstance(out.get("error"), dict) else {}
                 problem = (f"target server refused the request ({resp.status} "
                            f"{err.get('code', '?')}): {err.get('message', '')}")
                 if resp.status in FALLBACK_STATUSES:
                     raise RemoteUnavailable(problem)
                 raise OmniDraftError(problem)
+            if not isinstance(out, dict):
+                raise BadReply(f"target server answered {resp.status} with a body that is not a JSON object",
+                               "check the server URL")
             return out
         raise RemoteUnavailable(f"cloud target {self.url} unreachable after {self.retries + 1} tries "
                                 f"({last})", "check the server and network, or configure a local fallback")

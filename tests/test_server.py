@@ -382,6 +382,7 @@ class _Liar:
     (404, b'{"error": {"code": "unknown_session", "message": "expired"}}', "unknown_session"),
     (413, b'{"error": {"code": "payload_too_large", "message": "big"}}', "payload_too_large"),
     (503, b'{"error": {"code": "at_capacity", "message": "full"}}', "at_capacity"),
+    (502, b"<html>bad gateway</html>", "unreachable"),  # a proxy's page: retried, then unavailable
 ])
 def test_client_bounds_and_checks_replies(status, body, error):
     from omnidraft.remote import BadReply, RemoteUnavailable
@@ -391,7 +392,7 @@ def test_client_bounds_and_checks_replies(status, body, error):
         t = RemoteTarget(liar.url, TOKEN, SamplingConfig(), retries=0)
         t._info = {"vocab_size": 1000, "max_length": 64, "model": "x", "eos_ids": []}
         t.session = "s"
-        want = RemoteUnavailable if status in (404, 413, 503) else BadReply
+        want = RemoteUnavailable if status in (404, 413, 502, 503) else BadReply
         with pytest.raises(want, match=error):
             t.verify([1, 2])
     finally:
