@@ -25,7 +25,6 @@ from .slrs import SLRSProposer
 from .translate import Proposal, Translator
 
 STRATEGIES = ("ar", "tli", "omnidraft", "slem", "dtw", "slrs")
-STRING_STRATEGIES = ("slem", "dtw")  # re-tokenise the draft text (strings.py)
 
 
 @dataclass(frozen=True)
