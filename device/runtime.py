@@ -15,7 +15,7 @@ import torch
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.adapter_data import check_ptd
 from omnidraft.export.lower import ProgramInfo
-from omnidraft.runtime import Forward, sync_prefix
+from omnidraft.models.eager import Forward, sync_prefix
 
 
 class ExecuTorchLM:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.home import subdir
-from omnidraft.pairing import safe_name
+from omnidraft.pairs.spec import safe_name
 
 from .lower import ProgramInfo
 

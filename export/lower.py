@@ -241,10 +241,10 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     modified in place), quantise the base weights, and lower the result to ``out_dir``.
     With ``cfg.specvocab_k``: ``ranker`` (a trained SpecVocabHead; default its SVD initialisation)
     ranks the vocabulary inside the program."""
-    from omnidraft.acceptance import AcceptanceHead
+    from omnidraft.train.acceptance import AcceptanceHead
 
     if cfg.specvocab_k and ranker is None:
-        from omnidraft.specvocab import SpecVocabHead
+        from omnidraft.models.specvocab import SpecVocabHead
 
         ranker = SpecVocabHead(lm.get_output_embeddings().weight)
     if cfg.specvocab_k and lm.config.tie_word_embeddings:  # the gathered rows need their own copy

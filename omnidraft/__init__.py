@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name):  # omnidraft.Session without importing torch at package import
     if name == "Session":
-        from .session import Session
+        from omnidraft.session import Session
 
         return Session
     raise AttributeError(name)

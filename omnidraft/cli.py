@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from .errors import OmniDraftError
+from omnidraft.errors import OmniDraftError
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -129,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_pair(args) -> int:
-    from .calibrate import format_report, pair
-    from .loading import set_threads
+    from omnidraft.pairs.calibrate import format_report, pair
+    from omnidraft.models.loading import set_threads
 
     set_threads(args.threads)
     remote = args.target.startswith(("http://", "https://"))
@@ -142,8 +142,8 @@ def _cmd_pair(args) -> int:
 
 
 def _cmd_pairs(args) -> int:
-    from .pairing import adapter_store, list_specs, log_path
-    from .verlog import VerificationLog
+    from omnidraft.pairs.spec import adapter_store, list_specs, log_path
+    from omnidraft.train.verlog import VerificationLog
 
     store, log = adapter_store(), VerificationLog(log_path())
     specs = list_specs()
@@ -157,7 +157,7 @@ def _cmd_pairs(args) -> int:
 
 
 def _cmd_daemon(args) -> int:
-    from . import daemon
+    from omnidraft.train import daemon
 
     if args.action == "run":
         return daemon.serve(args.poll, args.once, throttle_s=args.throttle)
@@ -176,9 +176,9 @@ def _cmd_daemon(args) -> int:
 def _cmd_export(args) -> int:
     from pathlib import Path
 
-    from .export.layout import program_dir
-    from .export.lower import ExportConfig, export_drafter
-    from .loading import load_model, set_threads
+    from omnidraft.export.layout import program_dir
+    from omnidraft.export.lower import ExportConfig, export_drafter
+    from omnidraft.models.loading import load_model, set_threads
 
     cfg = ExportConfig(drafter=args.drafter, quant=args.quant, max_seq=args.max_seq,
                        lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
@@ -190,7 +190,7 @@ def _cmd_export(args) -> int:
     if args.ranker:
         from safetensors.torch import load_file
 
-        from .specvocab import SpecVocabHead
+        from omnidraft.models.specvocab import SpecVocabHead
 
         state = load_file(args.ranker)
         ranker = SpecVocabHead(lm.get_output_embeddings().weight, rank=state["down"].shape[1])
@@ -203,10 +203,10 @@ def _cmd_export(args) -> int:
 def _cmd_export_adapter(args) -> int:
     from pathlib import Path
 
-    from .export.adapter_data import export_adapter
-    from .export.layout import find_program, pair_ptd
-    from .export.lower import ProgramInfo
-    from .pairing import adapter_store, load_spec
+    from omnidraft.export.adapter_data import export_adapter
+    from omnidraft.export.layout import find_program, pair_ptd
+    from omnidraft.export.lower import ProgramInfo
+    from omnidraft.pairs.spec import adapter_store, load_spec
 
     spec = load_spec(args.pair)
     prog = Path(args.program) if args.program else find_program(spec.drafter, args.quant, args.max_seq)
@@ -219,8 +219,8 @@ def _cmd_export_adapter(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .calibrate import demo
-    from .loading import set_threads
+    from omnidraft.pairs.calibrate import demo
+    from omnidraft.models.loading import set_threads
 
     set_threads(args.threads)
     demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, calibration_s=args.calibration_seconds)
@@ -247,8 +247,8 @@ def read_token(token_file: str | None) -> str:
 def _cmd_serve(args) -> int:
     import uvicorn
 
-    from .loading import load_model, set_threads
-    from .server import ServerLimits, create_app
+    from omnidraft.models.loading import load_model, set_threads
+    from omnidraft.serve.server import ServerLimits, create_app
 
     token = read_token(args.token_file)
     set_threads(args.threads)
@@ -263,7 +263,7 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_models(args) -> int:
-    from . import catalog
+    from omnidraft.models import catalog
 
     if args.models_command == "list":
         for row in catalog.list_models():
@@ -279,12 +279,12 @@ def _cmd_models(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    from .generate import generate_ar, generate_speculative
-    from .loading import load_model, load_tokenizer, set_threads
-    from .modes import default_verify_mode
-    from .pair import Pair
-    from .sampling import SamplingConfig
-    from .speculative import SpecConfig
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.decode.modes import default_verify_mode
+    from omnidraft.translate.state import Pair
+    from omnidraft.decode.sampling import SamplingConfig
+    from omnidraft.decode.loop import SpecConfig
 
     if not args.prompt.strip():
         raise OmniDraftError("empty prompt", "pass some text with --prompt")
@@ -296,12 +296,12 @@ def _cmd_generate(args) -> int:
     verify = args.verify or default_verify_mode(strategy, remote=remote)
     program = None
     if args.drafter_runtime == "executorch" and strategy != "ar":  # fail before loading models
-        from .export.layout import find_program
+        from omnidraft.export.layout import find_program
 
         program = find_program(args.drafter or "smollm2-135m", args.quant, args.max_seq, args.specvocab_k)
     if remote:
-        from .remote import FallbackTarget, RemoteTarget
-        from .target import LocalTarget
+        from omnidraft.serve.remote import FallbackTarget, RemoteTarget
+        from omnidraft.decode.target import LocalTarget
 
         if strategy == "ar":
             raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
@@ -321,7 +321,7 @@ def _cmd_generate(args) -> int:
         dname = args.drafter or "smollm2-135m"
         dtok = load_tokenizer(dname)
         if program is not None:
-            from .device.runtime import ExecuTorchLM
+            from omnidraft.device.runtime import ExecuTorchLM
 
             drafter = ExecuTorchLM(program, args.adapter_ptd, name=dname)
         else:

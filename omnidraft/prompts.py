@@ -11,7 +11,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from .errors import OmniDraftError
+from omnidraft.errors import OmniDraftError
 
 # Written for OmniDraft (no chat benchmark ships offline): everyday assistant requests.
 CHAT_PROMPTS = [

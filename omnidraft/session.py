@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Generator
 
-from .errors import OmniDraftError
-from .generate import Result, stream_speculative
-from .modes import check_verify_mode, default_verify_mode, is_lossless
-from .pairing import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, save_spec
-from .sampling import SamplingConfig
-from .speculative import SpecConfig
+from omnidraft.errors import OmniDraftError
+from omnidraft.decode.generate import Result, stream_speculative
+from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, save_spec
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.loop import SpecConfig
 
 
 class Session:
@@ -40,9 +40,9 @@ class Session:
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "eager",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None):
-        from .loading import load_model, load_tokenizer, set_threads
-        from .pair import Pair
-        from .verlog import VerificationLog
+        from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+        from omnidraft.translate.state import Pair
+        from omnidraft.train.verlog import VerificationLog
 
         if drafter_runtime not in ("eager", "executorch"):
             raise OmniDraftError(f"unknown drafter_runtime {drafter_runtime!r}", "use eager or executorch")
@@ -62,7 +62,7 @@ class Session:
         self.lossless = is_lossless(strategy, self.verify, sampling)
         self.record_topk = record_topk if log else 0
         if self.spec.remote:
-            from .remote import RemoteTarget
+            from omnidraft.serve.remote import RemoteTarget
 
             if not token:
                 raise OmniDraftError("a remote target needs a bearer token", "pass token=...")
@@ -75,8 +75,8 @@ class Session:
         self.target_tok = load_tokenizer(tok_name)
         self.draft_tok = load_tokenizer(drafter)
         if drafter_runtime == "executorch":
-            from .device.runtime import ExecuTorchLM
-            from .export.layout import find_program
+            from omnidraft.device.runtime import ExecuTorchLM
+            from omnidraft.export.layout import find_program
 
             self.base = None
             self.drafter = ExecuTorchLM(find_program(drafter, quant, max_seq), name=drafter)
@@ -101,15 +101,15 @@ class Session:
         """Switch to the newest published adapter and head, if there is a newer one."""
         from safetensors.torch import load_file
 
-        from .acceptance import AcceptanceHead
-        from .runtime import CausalLM
+        from omnidraft.train.acceptance import AcceptanceHead
+        from omnidraft.models.eager import CausalLM
 
         latest = self.store.latest(self.spec.name)
         if latest is None or latest == self.version:
             return self.version
         version_dir = self.store.path(self.spec.name, latest)
         if self.base is None:  # ExecuTorch program: swap the .ptd (LoRA + head), no re-export
-            from .export.layout import ensure_pair_ptd
+            from omnidraft.export.layout import ensure_pair_ptd
 
             self.drafter.load_adapter(ensure_pair_ptd(self.spec.name, version_dir, self.drafter.info))
             self.has_head = (version_dir / "head.safetensors").is_file()

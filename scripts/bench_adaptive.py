@@ -44,15 +44,15 @@ def main(argv=None) -> int:
 
     import torch
 
-    from omnidraft.acceptance import AcceptanceHead, HeadConfig
-    from omnidraft.generate import generate_speculative
-    from omnidraft.head_trainer import AdaptiveTrainer, HeadTrainer
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval
-    from omnidraft.runtime import CausalLM
-    from omnidraft.speculative import SpecConfig
-    from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     def log(msg):
         print(f"[adaptive] {msg}", file=sys.stderr, flush=True)

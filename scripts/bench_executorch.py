@@ -80,12 +80,12 @@ def main(argv=None) -> int:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from omnidraft.device.runtime import ExecuTorchLM
-    from omnidraft.generate import generate_ar, generate_speculative
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval
-    from omnidraft.runtime import CausalLM
-    from omnidraft.speculative import SpecConfig
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.decode.loop import SpecConfig
 
     set_threads(args.threads)
     _unsafe_reset_threadpool(args.threads)  # XNNPACK's pool: the same thread count as torch

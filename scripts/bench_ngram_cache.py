@@ -24,8 +24,8 @@ from benchio import save, stamp_report
 
 
 def memory_and_load() -> dict:
-    from omnidraft.ngram import NgramCache
-    from omnidraft.ngram_store import NgramStore
+    from omnidraft.translate.ngram import NgramCache
+    from omnidraft.translate.ngram_store import NgramStore
 
     rnd = random.Random(0)
     entries = {}
@@ -79,11 +79,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
-    from omnidraft.generate import generate_speculative
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import CHAT_PROMPTS, humaneval
-    from omnidraft.speculative import SpecConfig
+    from omnidraft.decode.loop import SpecConfig
 
     set_threads(args.threads)
     test = [(p, False) for p in humaneval(limit=args.humaneval)] + \

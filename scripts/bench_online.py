@@ -91,13 +91,13 @@ def main(argv=None) -> int:
         render(json.loads(Path(args.from_partial).read_text()), args)
         return 0
 
-    from omnidraft.generate import generate_speculative
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval, sharegpt
-    from omnidraft.runtime import CausalLM
-    from omnidraft.speculative import SpecConfig
-    from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     set_threads(args.threads)
     train_new = args.train_new_tokens or args.max_new_tokens

@@ -25,7 +25,7 @@ from benchio import save, stamp_report
 def serve(model, name, token):
     import uvicorn
 
-    from omnidraft.server import ServerLimits, create_app
+    from omnidraft.serve.server import ServerLimits, create_app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,16 +53,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
-    from omnidraft.generate import generate_speculative
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import CHAT_PROMPTS, humaneval
-    from omnidraft.remote import RemoteTarget
-    from omnidraft.runtime import CausalLM
-    from omnidraft.sampling import SamplingConfig
-    from omnidraft.speculative import SpecConfig
-    from omnidraft.target import LocalTarget
-    from omnidraft.text import encode_prompt, model_eos_ids, stop_ids
+    from omnidraft.serve.remote import RemoteTarget
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.decode.sampling import SamplingConfig
+    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.decode.target import LocalTarget
+    from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
 
     set_threads(args.threads)
     token = secrets.token_urlsafe(24)
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                       "wall_s": round(time.perf_counter() - t0, 2)}
     server.should_exit = True
     md = [f"# Remote verification benchmark ({report['date'][:16]}Z)", "",
-          f"{args.drafter} on the device side -> {args.target} served by `omnidraft.server` on loopback, "
+          f"{args.drafter} on the device side -> {args.target} served by `omnidraft.serve.server` on loopback, "
           f"{args.dtype}, greedy, {len(prompts)} prompts x {args.max_new_tokens} tokens. Network delay is "
           f"SIMULATED in the client transport. `{report['command']}`", "",
           "| simulated RTT (ms) | strategy | tokens/s | requests/token | equal to remote ar |", "|---|---|---|---|---|"]

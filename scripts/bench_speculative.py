@@ -97,12 +97,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
-    from omnidraft.generate import generate_ar, generate_speculative
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import CHAT_PROMPTS, humaneval
-    from omnidraft.speculative import SpecConfig
-    from omnidraft.text import encode_prompt, model_eos_ids, stop_ids
+    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
 
     set_threads(args.threads)
     sets = {"humaneval": (humaneval(limit=args.humaneval), False),

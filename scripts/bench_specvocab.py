@@ -38,14 +38,14 @@ def main(argv=None) -> int:
 
     import torch
 
-    from omnidraft.generate import generate_ar, generate_speculative
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval
-    from omnidraft.runtime import CausalLM
-    from omnidraft.speculative import SpecConfig
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.decode.loop import SpecConfig
     from omnidraft.prompts import CHAT_PROMPTS
-    from omnidraft.specvocab import SpecVocabHead, SpecVocabLM, pretrain_ranker
+    from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM, pretrain_ranker
 
     set_threads(args.threads)
     prompts = humaneval(limit=args.prompts)

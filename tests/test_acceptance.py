@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from omnidraft.acceptance import AcceptanceHead, HeadConfig, StopRule, acceptance_labels, weighted_bce
+from omnidraft.train.acceptance import AcceptanceHead, HeadConfig, StopRule, acceptance_labels, weighted_bce
 from omnidraft.adapters import AdapterStore
 from omnidraft.errors import OmniDraftError
-from omnidraft.generate import generate_ar, generate_speculative
-from omnidraft.head_trainer import AdaptiveTrainer, HeadTrainer, head_batch
-from omnidraft.pair import Pair
-from omnidraft.records import Record
-from omnidraft.runtime import CausalLM
-from omnidraft.speculative import SpecConfig
-from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer, head_batch
+from omnidraft.translate.state import Pair
+from omnidraft.train.records import Record
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.loop import SpecConfig
+from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
 from .conftest import tiny, vocab_len
 

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from omnidraft import catalog, cli
+from omnidraft import cli
+from omnidraft.models import catalog
 from omnidraft.errors import OmniDraftError
-from omnidraft.loading import resolve
+from omnidraft.models.loading import resolve
 
 
 def test_unknown_model_names_the_choices():

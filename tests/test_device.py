@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.generate import generate_ar, generate_speculative
-from omnidraft.speculative import SpecConfig
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.loop import SpecConfig
 
 from .conftest import tiny, vocab_len
 
@@ -37,9 +37,9 @@ def _adapter_version(peft_model, head, root, name: str, seed: int):
 @pytest.fixture(scope="module")
 def exported(smollm_tok, tmp_path_factory):
     """One tiny SmolLM2-vocabulary drafter exported fp32, and two trained-looking adapters."""
-    from omnidraft.acceptance import AcceptanceHead
+    from omnidraft.train.acceptance import AcceptanceHead
     from omnidraft.export.lower import ExportConfig, export_drafter
-    from omnidraft.trainer import TrainConfig, attach_lora
+    from omnidraft.train.trainer import TrainConfig, attach_lora
 
     base = tiny("llama", vocab_len(smollm_tok), seed=1)
     root = tmp_path_factory.mktemp("et")
@@ -165,8 +165,8 @@ def test_clear_errors(exported, tmp_path):
     with pytest.raises(OmniDraftError, match="ExportConfig.quant"):
         ExportConfig(drafter="x", quant="int3")
     with pytest.raises(OmniDraftError, match="greedy token only"):
-        from omnidraft.sampling import SamplingConfig
-        from omnidraft.speculative import Drafter
+        from omnidraft.decode.sampling import SamplingConfig
+        from omnidraft.decode.loop import Drafter
 
         Drafter(lm, SamplingConfig(temperature=0.8), None).stop_rule(SpecConfig("omnidraft", k=8, gamma=0.5))
 
@@ -174,7 +174,7 @@ def test_clear_errors(exported, tmp_path):
 def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smollm_tok, tmp_path, monkeypatch):
     from omnidraft import Session
     from omnidraft.export.layout import program_dir
-    from omnidraft.runtime import CausalLM
+    from omnidraft.models.eager import CausalLM
 
     from .conftest import save_tiny
 
@@ -200,7 +200,7 @@ def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smol
 def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
     from omnidraft.device.runtime import ExecuTorchLM
     from omnidraft.export.lower import ExportConfig, export_drafter
-    from omnidraft.specvocab import SpecVocabHead, SpecVocabLM
+    from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM
 
     base = tiny("llama", vocab_len(smollm_tok), seed=3)
     ranker = SpecVocabHead(base.get_output_embeddings().weight)
@@ -225,7 +225,7 @@ def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
 def test_program_layers_equal_hugging_face(arch):
     """The program's XNNPACK-shaped layer loop (llama, qwen2) or the Hugging Face layers on the
     custom ops (others) give the model's own logits, at prefill and at each decode step."""
-    from omnidraft.acceptance import AcceptanceHead
+    from omnidraft.train.acceptance import AcceptanceHead
     from omnidraft.export.program import DraftProgram
 
     lm = tiny(arch, 300, seed=3, **({"sliding_window": 32} if arch == "gemma3" else {}))

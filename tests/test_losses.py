@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from omnidraft.losses import direct_loss, ngram_approx_kl, ngram_nll
+from omnidraft.train.losses import direct_loss, ngram_approx_kl, ngram_nll
 
 
 def _logq(probs):

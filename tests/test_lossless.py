@@ -22,11 +22,11 @@ import pytest
 import torch
 from scipy import optimize, stats
 
-from omnidraft.generate import generate_speculative
-from omnidraft.modes import VERIFY_MODES, default_verify_mode, is_lossless
-from omnidraft.pair import Pair
-from omnidraft.sampling import SamplingConfig, probs
-from omnidraft.speculative import STRATEGIES, SpecConfig
+from omnidraft.decode.generate import generate_speculative
+from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
+from omnidraft.translate.state import Pair
+from omnidraft.decode.sampling import SamplingConfig, probs
+from omnidraft.decode.loop import STRATEGIES, SpecConfig
 
 from .bigram import BigramLM
 from .conftest import UNTRANSLATABLE, vocab_len

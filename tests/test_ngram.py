@@ -1,7 +1,7 @@
 """N-gram cache, seeding from the real vocabularies, and in-context segment learning."""
 
-from omnidraft.ngram import NgramCache, aligned_segments, seed
-from omnidraft.vocab import build
+from omnidraft.translate.ngram import NgramCache, aligned_segments, seed
+from omnidraft.translate.vocab import build
 
 
 def test_longest_match_uses_prefix_index():

@@ -12,8 +12,8 @@ import tracemalloc
 
 import pytest
 
-from omnidraft.ngram import NgramCache, capacity_for, pack
-from omnidraft.ngram_store import NgramStore
+from omnidraft.translate.ngram import NgramCache, capacity_for, pack
+from omnidraft.translate.ngram_store import NgramStore
 
 
 def _use(cache, key, times=1):
@@ -193,8 +193,8 @@ def test_two_processes_writing_concurrently_lose_nothing(tmp_path):
 
 KILL_SCRIPT = """
 import sys
-from omnidraft.ngram import NgramCache
-from omnidraft.ngram_store import NgramStore
+from omnidraft.translate.ngram import NgramCache
+from omnidraft.translate.ngram_store import NgramStore
 store = NgramStore(sys.argv[1], "pair-a")
 c = NgramCache(4, policy="lfu", max_entries=10**6)
 i = 0

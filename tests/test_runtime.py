@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from omnidraft.runtime import CausalLM
+from omnidraft.models.eager import CausalLM
 
 from .conftest import tiny, vocab_len
 
@@ -45,7 +45,7 @@ def test_rollback_llama68m_shape(llama2_tok):
 
 
 def test_llama68m_checkpoint_loads_like_any_model(llama2_tok, tmp_path):
-    from omnidraft.loading import load_model, load_tokenizer
+    from omnidraft.models.loading import load_model, load_tokenizer
     from .conftest import save_tiny
 
     model = tiny("llama", 32000, hidden_size=768, intermediate_size=3072, num_attention_heads=12,

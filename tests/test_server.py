@@ -13,14 +13,14 @@ import torch
 import uvicorn
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.generate import generate_ar, generate_speculative, stream_speculative
-from omnidraft.pair import Pair
-from omnidraft.remote import FallbackTarget, RemoteTarget
-from omnidraft.runtime import CausalLM
-from omnidraft.sampling import SamplingConfig
-from omnidraft.server import ServerLimits, create_app
-from omnidraft.speculative import SpecConfig
-from omnidraft.target import LocalTarget
+from omnidraft.decode.generate import generate_ar, generate_speculative, stream_speculative
+from omnidraft.translate.state import Pair
+from omnidraft.serve.remote import FallbackTarget, RemoteTarget
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.serve.server import ServerLimits, create_app
+from omnidraft.decode.loop import SpecConfig
+from omnidraft.decode.target import LocalTarget
 
 from .conftest import tiny, vocab_len
 
@@ -257,7 +257,7 @@ def test_rate_limit_runs_before_authentication(models):
 
 
 def test_rate_limit_buckets_are_evicted():
-    from omnidraft.server_gate import RateLimit
+    from omnidraft.serve.gate import RateLimit
 
     rate = RateLimit(rate=1e6, burst=5, max_clients=100)
     for i in range(5000):
@@ -320,7 +320,7 @@ def test_session_and_cache_caps_hold_under_concurrent_opens(models):
 
 
 def test_a_failed_prefill_leaves_no_session(models, monkeypatch):
-    from omnidraft.server import OpenIn, SessionManager
+    from omnidraft.serve.server import OpenIn, SessionManager
 
     manager = SessionManager(models[1], "tiny", ServerLimits())
     monkeypatch.setattr(LocalTarget, "start", lambda self, ids: (_ for _ in ()).throw(RuntimeError("oom")))
@@ -385,7 +385,7 @@ class _Liar:
     (502, b"<html>bad gateway</html>", "unreachable"),  # a proxy's page: retried, then unavailable
 ])
 def test_client_bounds_and_checks_replies(status, body, error):
-    from omnidraft.remote import BadReply, RemoteUnavailable
+    from omnidraft.serve.remote import BadReply, RemoteUnavailable
 
     liar = _Liar(status, body)
     try:

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from omnidraft.generate import generate_ar
-from omnidraft.runtime import CausalLM
-from omnidraft.verlog import VerificationLog
+from omnidraft.decode.generate import generate_ar
+from omnidraft.models.eager import CausalLM
+from omnidraft.train.verlog import VerificationLog
 
 from .conftest import save_tiny, tiny, vocab_len
 
@@ -50,7 +50,7 @@ def test_log_appends_reads_and_prunes_oldest_first(tmp_path):
 
 def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwen_tok):
     from omnidraft import Session
-    from omnidraft.calibrate import fresh_adapter
+    from omnidraft.pairs.calibrate import fresh_adapter
 
     drafter, target = models
     s = Session(drafter, target, target_dtype="fp32")
@@ -63,9 +63,9 @@ def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwe
     v1 = fresh_adapter(s)
     assert s.generate(PROMPTS[1], max_new_tokens=24).token_ids == generate_ar(t, qwen_tok, PROMPTS[1], max_new_tokens=24).token_ids
     assert s.version == v1
-    from omnidraft.trainer import TrainConfig, attach_lora
+    from omnidraft.train.trainer import TrainConfig, attach_lora
 
-    from omnidraft.loading import load_model
+    from omnidraft.models.loading import load_model
 
     m = attach_lora(load_model(drafter).model, TrainConfig())
     torch.manual_seed(0)
@@ -87,7 +87,7 @@ def test_interleaved_session_streams_are_each_the_targets(home, models, qwen_tok
     """Two stream() generators of one Session, advanced in turn (and a sampling Session whose
     default verify mode is lossless): each greedy output is the target's own."""
     from omnidraft import Session
-    from omnidraft.sampling import SamplingConfig
+    from omnidraft.decode.sampling import SamplingConfig
 
     drafter, target = models
     s = Session(drafter, target, target_dtype="fp32", log=False)
@@ -126,9 +126,9 @@ def self_pair(home, models, tmp_path):
 
 
 def test_round_publishes_and_the_guard_rejects_a_worse_candidate(self_pair):
-    from omnidraft.loading import load_model
-    from omnidraft.trainer import TrainConfig
-    from omnidraft.tuning import RoundConfig, cursor, run_round
+    from omnidraft.models.loading import load_model
+    from omnidraft.train.trainer import TrainConfig
+    from omnidraft.train.tuning import RoundConfig, cursor, run_round
 
     s = self_pair
     cfg = RoundConfig(max_records=8)
@@ -153,7 +153,7 @@ def _status(home):
 def test_daemon_kill9_mid_training_resumes_without_loss_or_duplicates(self_pair, home):
     s = self_pair
     env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
-    cmd = [sys.executable, "-m", "omnidraft.daemon", "--poll", "0.2"]
+    cmd = [sys.executable, "-m", "omnidraft.train.daemon", "--poll", "0.2"]
     proc = subprocess.Popen(cmd + ["--throttle", "0.4"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -173,7 +173,7 @@ def test_daemon_kill9_mid_training_resumes_without_loss_or_duplicates(self_pair,
     assert s.store.versions(s.spec.name) == []  # killed before publishing: nothing visible
     out = subprocess.run(cmd + ["--once"], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    from omnidraft.tuning import cursor, history
+    from omnidraft.train.tuning import cursor, history
 
     versions = s.store.list(s.spec.name)  # published rounds: their meta.json is the truth
     rejected = [h for h in history(s.spec) if h["status"] == "rejected"]
@@ -193,8 +193,8 @@ def test_session_with_a_remote_target_streams_and_logs(home, models, qwen_tok):
     """The same Session API against `serve-target` over HTTP: the target's greedy output, and a
     training record (with the target's top-k sent back by the server) in the log."""
     from omnidraft import Session
-    from omnidraft.loading import load_model
-    from omnidraft.records import Record
+    from omnidraft.models.loading import load_model
+    from omnidraft.train.records import Record
 
     from .test_server import TOKEN, Server
 

@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.generate import generate_ar, generate_speculative, stream_speculative
-from omnidraft.modes import VERIFY_MODES, default_verify_mode, is_lossless
-from omnidraft.pair import Pair
-from omnidraft.runtime import CausalLM
-from omnidraft.sampling import SamplingConfig
-from omnidraft.speculative import STRATEGIES, SpecConfig
-from omnidraft.target import LocalTarget
+from omnidraft.decode.generate import generate_ar, generate_speculative, stream_speculative
+from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
+from omnidraft.translate.state import Pair
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.loop import STRATEGIES, SpecConfig
+from omnidraft.decode.target import LocalTarget
 
 from .bigram import BigramLM
 from .conftest import UNTRANSLATABLE, tiny, vocab_len

@@ -3,11 +3,11 @@ SpecVocab drafter, and the ranking loss."""
 
 import torch
 
-from omnidraft.generate import generate_ar, generate_speculative
-from omnidraft.pair import Pair
-from omnidraft.runtime import CausalLM
-from omnidraft.speculative import SpecConfig
-from omnidraft.specvocab import SpecVocabHead, SpecVocabLM, ranking_loss
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.translate.state import Pair
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.loop import SpecConfig
+from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM, ranking_loss
 
 from .conftest import tiny, vocab_len
 
@@ -63,7 +63,7 @@ def test_ranking_loss_trains_the_ranker():
 
 
 def test_online_trainer_trains_the_ranker_alongside(smollm_tok, qwen_tok):
-    from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+    from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=5))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=6))

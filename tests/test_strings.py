@@ -4,11 +4,11 @@ hand-made cases."""
 
 import pytest
 
-from omnidraft.generate import generate_ar, generate_speculative
-from omnidraft.pair import Pair
-from omnidraft.runtime import CausalLM
-from omnidraft.speculative import SpecConfig
-from omnidraft.strings import dtw_align, levenshtein
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.translate.state import Pair
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.loop import SpecConfig
+from omnidraft.translate.strings import dtw_align, levenshtein
 
 from .conftest import tiny, vocab_len
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from omnidraft.adapters import AdapterStore
-from omnidraft.generate import generate_speculative
-from omnidraft.pair import Pair
-from omnidraft.records import Record
-from omnidraft.runtime import CausalLM
-from omnidraft.speculative import SpecConfig
-from omnidraft.trainer import OnlineTrainer, TrainConfig, attach_lora
+from omnidraft.decode.generate import generate_speculative
+from omnidraft.translate.state import Pair
+from omnidraft.train.records import Record
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.loop import SpecConfig
+from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
 from .conftest import tiny, vocab_len
 

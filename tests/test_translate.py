@@ -6,9 +6,9 @@ sums over every draft are computed)."""
 import numpy as np
 import torch
 
-from omnidraft.ngram import NgramCache
-from omnidraft.translate import Translator
-from omnidraft.vocab import VocabMap
+from omnidraft.translate.ngram import NgramCache
+from omnidraft.translate.token import Translator
+from omnidraft.translate.vocab import VocabMap
 
 # drafter ids: 0 "a", 1 "b", 2 "xy" (no target token "xy"), 3 "z" (unmapped, no n-gram)
 # target ids:  0 "a", 1 "b", 2 "ab", 3 "c", 4 "x", 5 "y"

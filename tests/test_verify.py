@@ -4,7 +4,7 @@ import pytest
 import torch
 from scipy import stats
 
-from omnidraft.verify import verify_greedy, verify_point_mass, verify_rejection
+from omnidraft.decode.verify import verify_greedy, verify_point_mass, verify_rejection
 
 
 def test_greedy_literal():

@@ -4,11 +4,11 @@ target (and Gemma-3-270M), fp32, where greedy speculative output must equal the 
 import pytest
 import torch
 
-from omnidraft.generate import generate_ar, generate_speculative
-from omnidraft.loading import load_model, load_tokenizer
-from omnidraft.pair import Pair
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.models.loading import load_model, load_tokenizer
+from omnidraft.translate.state import Pair
 from omnidraft.prompts import humaneval
-from omnidraft.speculative import SpecConfig
+from omnidraft.decode.loop import SpecConfig
 
 pytestmark = pytest.mark.integration
 

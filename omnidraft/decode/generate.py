@@ -1,0 +1,156 @@
+"""Generation front door: encode the prompt, run one decoding strategy, stream the text.
+
+Knows how strategies are called and how text is streamed; strategy internals live in their
+own modules (autoregressive.py, speculative.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Generator, Iterator
+
+import torch
+
+from omnidraft.decode.autoregressive import decode_ar
+from omnidraft.errors import OmniDraftError
+from omnidraft.decode.metrics import Metrics
+from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
+from omnidraft.decode.ownership import own
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.text import Detokenizer, encode_prompt, model_eos_ids, stop_ids
+
+
+@dataclass
+class Result:
+    text: str
+    token_ids: list[int]  # the target's new tokens
+    metrics: dict = field(default_factory=dict)  # Metrics.summary() + verify mode and lossless
+    raw: Metrics | None = None  # the counters and per-step timings behind the summary
+    record: object | None = None  # records.Record for the trainer, when asked for
+
+    @property
+    def lossless(self) -> bool:
+        """True when the output is distributed exactly as the target's own (modes.py)."""
+        return bool(self.metrics.get("lossless", True))
+
+
+def check_budget(prompt_ids: list[int], max_new_tokens: int, model) -> int:
+    """max_new_tokens clipped to the context window; an error if the prompt alone overflows it."""
+    if max_new_tokens < 1:
+        raise OmniDraftError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    room = model.max_length - len(prompt_ids)
+    if room < 1:
+        raise OmniDraftError(
+            f"prompt is {len(prompt_ids)} tokens, longer than {getattr(model, 'name', 'the target')}'s context window "
+            f"of {model.max_length}", "shorten the prompt")
+    return min(max_new_tokens, room)
+
+
+def stream(token_chunks: Iterator[list[int]], detok: Detokenizer, sink: list[int]) -> Iterator[str]:
+    """Text pieces from chunks of new token ids; every id is also appended to ``sink``."""
+    for ids in token_chunks:
+        sink.extend(ids)
+        piece = detok.push(ids)
+        if piece:
+            yield piece
+
+
+def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128,
+                sampling: SamplingConfig = SamplingConfig(), chat: bool = False,
+                on_text: Callable[[str], None] | None = None) -> Result:
+    """Plain autoregressive generation with the target alone (strategy `ar`)."""
+    prompt_ids = encode_prompt(tok, prompt, chat=chat)
+    budget = check_budget(prompt_ids, max_new_tokens, target)
+    metrics = Metrics("ar")
+    ids: list[int] = []
+    with own(target, "target model") as lm:
+        chunks = decode_ar(lm, prompt_ids, max_new_tokens=budget, sampling=sampling,
+                           stop=stop_ids(tok, model_eos_ids(lm)),
+                           metrics=metrics)
+        for piece in stream(chunks, Detokenizer(tok, prompt_ids), ids):
+            if on_text:
+                on_text(piece)
+    text = tok.decode(ids, skip_special_tokens=True)
+    summary = {**metrics.summary(), "verify": None, "lossless": True}
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics)
+
+
+def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
+                         max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
+                         verify_mode: str | None = None, chat: bool = False,
+                         on_text: Callable[[str], None] | None = None, record_topk: int = 0,
+                         head=None) -> Result:
+    """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
+
+    ``target``: a model (CausalLM or any LM: verified in-process by a LocalTarget) or any Target
+    (e.g. remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also
+    builds the training record.
+    ``verify_mode`` (sampling only): rejection | point-mass; default: the strategy's lossless
+    mode (modes.py). A RemoteTarget carries its own mode.
+    ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
+    """
+    if cfg.strategy == "ar":
+        if hasattr(target, "verify"):
+            raise OmniDraftError("strategy 'ar' runs the target in-process", "pass a local target model")
+        return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
+                           sampling=sampling, chat=chat, on_text=on_text)
+    pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
+                                sampling=sampling, verify_mode=verify_mode, chat=chat,
+                                record_topk=record_topk, head=head)
+    while True:
+        try:
+            piece = next(pieces)
+        except StopIteration as done:
+            return done.value
+        if on_text:
+            on_text(piece)
+
+
+def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
+                       max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
+                       verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
+                       head=None) -> Generator[str, None, Result]:
+    """generate_speculative as a generator: yields text pieces as rounds commit tokens and
+    returns the Result (``result = yield from stream_speculative(...)``).
+
+    Each call runs on its own state: in-process models are forked (own KV cache, shared
+    weights); a drafter program or a target session in use by another generation is an error."""
+    from omnidraft.translate.reverse import DraftContext
+    from omnidraft.decode.loop import Drafter, decode_speculative
+    from omnidraft.decode.target import LocalTarget
+
+    check_verify_mode(verify_mode)
+    local = not hasattr(target, "verify")  # a model (LM) to verify in-process, else a Target
+    if local:
+        verify_mode = verify_mode or default_verify_mode(cfg.strategy)
+    else:  # a Target object (remote, fallback) was built with its mode
+        verify_mode = (getattr(target, "mode", None) or verify_mode
+                       or default_verify_mode(cfg.strategy, remote=True))
+    lossless = is_lossless(cfg.strategy, verify_mode, sampling)
+    target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
+    draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
+    with own(drafter, "drafter") as dlm, own(target, "target") as tgt:
+        verifier = LocalTarget(tgt, sampling, verify_mode, record_topk) if local else tgt
+        budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
+        translator = pair.translator(cfg.strategy)
+        restrict = translator.direct_mask if cfg.strategy == "tli" else None
+        metrics = Metrics(cfg.strategy)
+        ids: list[int] = []
+        rows: list | None = [] if record_topk else None
+        ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
+        chunks = decode_speculative(
+            Drafter(dlm, sampling, restrict, head), verifier,
+            translator, ctx, target_ids, cfg=cfg,
+            max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids),
+            metrics=metrics, cache=translator.cache, rows_out=rows)
+        yield from stream(chunks, Detokenizer(pair.target_tok, target_ids), ids)
+    text = pair.target_tok.decode(ids, skip_special_tokens=True)
+    record = None
+    if rows:
+        from omnidraft.train.records import build_record
+
+        record = build_record(pair.vmap, draft_ids, ctx.gen_ids, ctx.tail, ids,
+                              torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows]))
+    summary = {**metrics.summary(), "verify": None if sampling.greedy else verify_mode, "lossless": lossless}
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, record=record)

@@ -1,0 +1,116 @@
+"""The verifying side of speculative decoding: holds the target's KV cache and turns a proposal
+into a Verdict. ``LocalTarget`` runs in-process; a remote target speaks the same protocol.
+
+Cache discipline: the cache holds the committed context except its last token (``pending``);
+each verify feeds [pending, t_1..t_m], so one forward yields all m+1 target rows.
+Knows models and verification; nothing about drafters or vocabularies.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from omnidraft.decode.modes import check_verify_mode
+from omnidraft.train.records import topk_rows
+from omnidraft.models.eager import CausalLM
+from omnidraft.decode.sampling import LazyProbs, SamplingConfig
+from omnidraft.decode.text import model_eos_ids
+from omnidraft.decode.verify import Verdict, verify_greedy, verify_point_mass, verify_rejection
+
+
+class Target(Protocol):
+    vocab_size: int
+    max_length: int
+    needs_q: bool  # rejection sampling: verify needs q' [m, V]
+    eos_ids: set[int]  # the model's own end-of-sequence ids (generation config)
+    last_rows: tuple[torch.Tensor, torch.Tensor] | None  # top-k rows of the last verify
+
+    def start(self, prompt_ids: list[int]) -> None: ...
+
+    def verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict: ...
+
+
+class LocalTarget:
+    """In-process target. ``q``: [m, V] proposal distributions (rejection mode), else None."""
+
+    def __init__(self, model: CausalLM, sampling: SamplingConfig, mode: str = "point-mass",
+                 record_topk: int = 0, stream: str = "verify"):
+        """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
+        probabilities ([n+1, k] each) at the committed positions, for training records.
+        ``stream``: the name of this verifier's random stream (sampling.py)."""
+        check_verify_mode(mode)
+        self.model = model
+        self.sampling = sampling
+        self.mode = mode
+        self.gen = sampling.generator(stream)
+        self.pending: int | None = None
+        self.forwards = 0
+        self.record_topk = record_topk
+        self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
+    @property
+    def needs_q(self) -> bool:
+        return not self.sampling.greedy and self.mode == "rejection"
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return model_eos_ids(self.model)
+
+    def start(self, prompt_ids: list[int]) -> None:
+        if len(prompt_ids) > 1:
+            self.model.prefill(prompt_ids[:-1])
+            self.forwards += 1
+        else:
+            self.model.reset()
+        self.pending = prompt_ids[-1]
+
+    def check(self, proposal: list[int], q: torch.Tensor | None) -> None:
+        """Raise ValueError, before anything changes, if ``proposal`` / ``q`` cannot be verified."""
+        if self.pending is None:
+            raise RuntimeError("verify before start")
+        m, vocab = len(proposal), self.vocab_size
+        if any(not 0 <= t < vocab for t in proposal):
+            raise ValueError(f"proposal ids must be in 0..{vocab - 1}")
+        if self.model.length + 1 + m > self.max_length:
+            raise ValueError(f"a {m}-token proposal would pass the context window of {self.max_length}")
+        if self.needs_q and m and (q is None or tuple(q.shape) != (m, vocab)):
+            raise ValueError(f"rejection mode needs q of shape [{m}, {vocab}]")
+
+    def verify(self, proposal: list[int], q: torch.Tensor | None = None) -> Verdict:
+        """One forward over [pending, proposal]; the cache ends holding the committed context
+        (minus the new pending token). On any error the cache is as it was before the call."""
+        self.check(proposal, q)
+        length = self.model.length
+        try:
+            verdict = self._verify(proposal, q)
+        except BaseException:
+            self.model.truncate(length)
+            raise
+        self.pending = verdict.token
+        return verdict
+
+    def _verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
+        logits = self.model.extend([self.pending] + list(proposal)).logits  # [m+1, V]
+        self.forwards += 1
+        if self.sampling.greedy:
+            verdict = verify_greedy(proposal, logits.argmax(-1).tolist())
+        else:
+            p = LazyProbs(logits, self.sampling)  # [m+1, V], rows computed when read
+            if self.mode == "rejection" and proposal:
+                verdict = verify_rejection(proposal, q, p, self.gen)
+            else:
+                verdict = verify_point_mass(proposal, p, self.gen)
+        if self.record_topk:
+            self.last_rows = topk_rows(logits[: verdict.accepted + 1], self.record_topk)
+        self.model.rollback(len(proposal) - verdict.accepted)
+        return verdict

@@ -1,0 +1,69 @@
+"""Text in and out of token ids: prompt encoding (plain or chat template), stop ids, and an
+incremental detokenizer that streams only completed characters.
+
+Knows tokenizers; nothing about models or decoding strategies.
+"""
+
+from __future__ import annotations
+
+from omnidraft.errors import OmniDraftError
+
+
+def encode_prompt(tok, prompt: str, *, chat: bool) -> list[int]:
+    """Token ids of a user prompt, through the tokenizer's chat template when ``chat``."""
+    if not prompt or not prompt.strip():
+        raise OmniDraftError("empty prompt", "pass some text with --prompt")
+    if chat:
+        if not getattr(tok, "chat_template", None):
+            raise OmniDraftError("this tokenizer has no chat template", "drop --chat")
+        ids = tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                      add_generation_prompt=True, tokenize=True, return_dict=False)
+        return [int(i) for i in ids]
+    return [int(i) for i in tok(prompt, add_special_tokens=True)["input_ids"]]
+
+
+def generation_eos_ids(generation_config) -> set[int]:
+    """The EOS ids of a model's generation config (none without one)."""
+    eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    if isinstance(eos, int):
+        return {eos}
+    return {int(e) for e in eos} if eos else set()
+
+
+def model_eos_ids(lm) -> set[int]:
+    """The EOS ids of an LM wrapper's underlying Hugging Face model, if it has one."""
+    return generation_eos_ids(getattr(getattr(lm, "model", None), "generation_config", None))
+
+
+def stop_ids(tok, eos_ids: set[int] = frozenset()) -> set[int]:
+    """End-of-sequence ids: the tokenizer's EOS plus the model's own ``eos_ids``."""
+    ids = set(eos_ids)
+    if tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
+    return ids
+
+
+class Detokenizer:
+    """Incremental detokenization: ``push(ids)`` returns the text those ids completed.
+
+    Decodes a short window (prefix_offset .. end) and emits only what extends the window's
+    previous text, holding back a trailing partial UTF-8 character (U+FFFD).
+    """
+
+    def __init__(self, tok, context: list[int] | None = None):
+        self.tok = tok
+        self.ids: list[int] = list(context or [])[-4:]
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def push(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        prefix = self._decode(self.ids[self.prefix_offset:self.read_offset])
+        full = self._decode(self.ids[self.prefix_offset:])
+        if len(full) > len(prefix) and not full.endswith("\ufffd"):
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            return full[len(prefix):]
+        return ""

@@ -1,0 +1,74 @@
+"""Resolve a model reference (catalog name, local HF directory, or .gguf path) and load it.
+
+Knows where weights live and how to load them on CPU; nothing about decoding.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from omnidraft.errors import OmniDraftError
+
+DTYPES = ("fp32", "bf16")
+
+
+def resolve(ref: str, *, fetch_missing: bool = True) -> tuple[Path, str | None]:
+    """(directory, gguf file name or None) for a model reference."""
+    from omnidraft.models import catalog
+
+    if not ref or not ref.strip():
+        raise OmniDraftError("empty model reference", "pass a catalog name or a model path")
+    path = Path(ref).expanduser()
+    if ref.endswith(".gguf"):
+        if not path.is_file():
+            raise OmniDraftError(f"GGUF file not found: {path}", "check the path")
+        return path.parent, path.name
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise OmniDraftError(f"{path} is not a Hugging Face model directory (no config.json)",
+                                 "pass a directory written by save_pretrained, a .gguf file or a catalog name")
+        return path, None
+    if ref in catalog.CATALOG:
+        if not catalog.is_fetched(ref) and not fetch_missing:
+            raise OmniDraftError(f"model '{ref}' is not fetched", f"run `omnidraft models fetch {ref}`")
+        return catalog.fetch(ref), None
+    if os.sep in ref or ref.startswith("."):
+        raise OmniDraftError(f"model path not found: {ref}", "check the path")
+    catalog.spec_for(ref)  # raises the unknown-model error with the list of names
+    raise AssertionError("unreachable")
+
+
+def load_tokenizer(ref: str):
+    from transformers import AutoTokenizer
+
+    directory, gguf = resolve(ref)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    return AutoTokenizer.from_pretrained(str(directory), **kwargs)
+
+
+def set_threads(threads: int | None) -> None:
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise OmniDraftError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
+
+def load_model(ref: str, *, dtype: str = "fp32"):
+    """A ``CausalLM`` (see runtime.py) on CPU, in fp32 or bf16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from omnidraft.models.eager import CausalLM
+
+    if dtype not in DTYPES:
+        raise OmniDraftError(f"unknown dtype '{dtype}'", f"choose one of {', '.join(DTYPES)}")
+    directory, gguf = resolve(ref)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    # Load fp32, then cast: passing dtype=bf16 with GGUF dequantisation misleads transformers.
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, **kwargs)
+    if dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    return CausalLM(model, name=ref)

@@ -1,0 +1,159 @@
+"""`omnidraft pair` and `omnidraft demo` as library functions: pair a drafter with a target
+(vocabulary map, seeded n-grams, a fresh adapter and head), calibrate on built-in prompts, and
+report; the demo adds one training round and a before/after comparison.
+Knows the Session, the tuning round and the prompts; printing is the caller's (``say``).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from typing import Callable
+
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, pair_dir
+from omnidraft.prompts import CHAT_PROMPTS, humaneval
+
+
+def _bar(done: int, total: int, t0: float, width: int = 24) -> str:
+    fill = int(width * done / max(total, 1))
+    return f"[{'#' * fill}{'-' * (width - fill)}] {done}/{total} prompts, {time.perf_counter() - t0:.0f} s"
+
+
+def builtin_prompts() -> list[str]:
+    """Alternating code and chat prompts (HumanEval's first problems, our chat set)."""
+    code, chat = humaneval()[:10], CHAT_PROMPTS[:10]
+    return [p for pair in zip(code, chat) for p in pair]
+
+
+def fresh_adapter(session) -> str:
+    """Publish version 1 for the session's pair: a LoRA adapter whose B matrices are zero (the
+    drafter unchanged) and an untrained acceptance head."""
+    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.train.trainer import TrainConfig, attach_lora
+
+    model = attach_lora(copy.deepcopy(session.base.model), TrainConfig())
+    head = AcceptanceHead(session.base.config.hidden_size)
+    return session.store.publish(session.spec.name, model, meta={"fresh": True, "records_through": 0},
+                                 extra={"head": head.state_dict()})
+
+
+def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, budget_s: float | None = None,
+            label: str = "calibrating") -> dict:
+    """Run prompts through the session (and the target alone when ``ar``), interleaved."""
+    from omnidraft.decode.generate import generate_ar
+
+    t0 = time.perf_counter()
+    tot = {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "ar_tokens": 0, "ar_wall": 0.0, "prompts": 0}
+    for n, p in enumerate(prompts):
+        if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
+            break
+        m = session.generate(p, max_new_tokens=max_new_tokens).metrics
+        tot["tokens"] += m["new_tokens"]
+        tot["wall"] += m["wall_s"]
+        tot["proposed"] += m["proposed"]
+        tot["accepted"] += m["accepted"]
+        if ar:
+            a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
+            tot["ar_tokens"] += a["new_tokens"]
+            tot["ar_wall"] += a["wall_s"]
+        tot["prompts"] += 1
+        say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
+    say("")
+    out = {"prompts": tot["prompts"], "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
+           "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3)}
+    if ar and tot["ar_wall"]:
+        out["ar_tokens_per_s"] = round(tot["ar_tokens"] / tot["ar_wall"], 3)
+        out["speedup"] = round(out["tokens_per_s"] / out["ar_tokens_per_s"], 3)
+    return out
+
+
+def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
+         max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
+         say: Callable[..., None] | None = None, session=None) -> dict:
+    """Pair ``drafter`` with ``target`` and calibrate for about ``calibration_s`` seconds."""
+
+    from omnidraft.session import Session
+
+    say = say or (lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    say(f"pairing {drafter} with {target} ...")
+    session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer)
+    name = session.spec.name
+    if reset:
+        for v in session.store.versions(name):
+            session.store.delete(name, v)
+        (pair_dir(name) / "cursor.json").unlink(missing_ok=True)
+        session.version = None
+    kept = session.store.latest(name)
+    if kept is None:
+        fresh_adapter(session)
+    session.refresh()
+    vmap = session.pair.vmap
+    direct = int((vmap.d2t >= 0).sum())
+    report = {"pair": name, "drafter": drafter, "target": target, "adapter": session.version,
+              "kept_trained_adapter": kept is not None,
+              "vocabulary": {"drafter": len(vmap.d2t), "target": len(vmap.t2d), "shared": direct,
+                             "shared_of_drafter": round(direct / len(vmap.d2t), 4),
+                             "shared_of_target": round(direct / len(vmap.t2d), 4)},
+              "ngrams": {"seeded": session.pair.cache.seeded, "learned": session.pair.cache.learned}}
+    if calibration_s > 0:
+        report["calibration"] = measure(session, builtin_prompts(), max_new_tokens=max_new_tokens,
+                                        ar=not session.spec.remote, say=say, budget_s=calibration_s)
+    return report
+
+
+def format_report(r: dict) -> str:
+    v, g = r["vocabulary"], r["ngrams"]
+    lines = [f"pair {r['pair']}: adapter {r['adapter']}" + (" (kept; --reset starts over)" if r["kept_trained_adapter"] else " (fresh)"),
+             f"  vocabulary: drafter {v['drafter']}, target {v['target']}, shared {v['shared']} "
+             f"({v['shared_of_drafter']:.1%} of the drafter's, {v['shared_of_target']:.1%} of the target's)",
+             f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned"]
+    c = r.get("calibration")
+    if c:
+        line = f"  calibration on {c['prompts']} prompts: acceptance {c['acceptance_rate']:.3f}, {c['tokens_per_s']:.2f} tokens/s"
+        if "ar_tokens_per_s" in c:
+            line += f" vs target alone {c['ar_tokens_per_s']:.2f} tokens/s ({c['speedup']:.2f}x)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 60.0,
+         say: Callable[..., None] | None = None) -> dict:
+    """The README's main job: pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream a few prompts,
+    run one training round on what was logged, and compare acceptance and tokens/s."""
+    from omnidraft.models.loading import load_model
+    from omnidraft.session import Session
+    from omnidraft.train.trainer import TrainConfig
+    from omnidraft.train.tuning import RoundConfig, run_round
+
+    say = say or (lambda *a, **k: print(*a, flush=True, **k))
+    session = Session(DEFAULT_DRAFTER, "qwen2.5-coder-0.5b")
+    report = pair("qwen2.5-coder-0.5b", session=session, calibration_s=calibration_s,
+                  max_new_tokens=max_new_tokens, say=lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    say(format_report(report))
+    shown = builtin_prompts()[:prompts]
+    tot = {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0}
+    for p in shown:
+        say(f"\n>>> {p.strip()[:70]}")
+        for text in session.stream(p, max_new_tokens=max_new_tokens):
+            say(text, end="")
+        m = session.last.metrics
+        for k, src in (("tokens", "new_tokens"), ("wall", "wall_s"), ("proposed", "proposed"), ("accepted", "accepted")):
+            tot[k] += m[src]
+        say(f"\n[{m['acceptance_rate']:.3f} acceptance, {m['tokens_per_s']:.2f} tokens/s]")
+    before = {"prompts": len(shown), "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
+              "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3)}
+    say("\none training round on the logged verifications ...")
+    cfg = RoundConfig(min_records=2, train=TrainConfig(update_interval=2, batch_size=2))
+    result = run_round(session.spec, session.log, session.store, load_model(DEFAULT_DRAFTER, dtype="fp32").model,
+                       cfg, progress=lambda m: say(f"\r  {m}", end=""))
+    if result["status"] == "waiting":
+        say(f"\n  round: waiting for records ({result['new_records']} new, {cfg.min_records} needed)")
+    say(f"\n  round: {result['status']}" + (f" {result.get('version', '')}" if result["status"] == "published" else "")
+        + (f" (held-out teacher-forced acceptance {result['acceptance_before']:.3f} -> {result['acceptance_after']:.3f})"
+           if result.get("held_out") else ""))
+    after = measure(session, shown, max_new_tokens=max_new_tokens, ar=False, say=say, label="after training")
+    say(f"before training: acceptance {before['acceptance_rate']:.3f}, {before['tokens_per_s']:.2f} tokens/s")
+    say(f"after  training: acceptance {after['acceptance_rate']:.3f}, {after['tokens_per_s']:.2f} tokens/s "
+        f"(adapter {session.version})")
+    return {"pair": report, "round": result, "before": before, "after": after}

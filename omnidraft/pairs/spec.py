@@ -1,0 +1,102 @@
+"""Pairs: a drafter model bound to one target model, with its state on disk.
+
+$OMNIDRAFT_HOME/pairs/<name>/pair.json names the two models; the per-target LoRA adapter and
+acceptance head versions live in the adapter store ($OMNIDRAFT_HOME/adapters/<name>/vNNNN), the
+training records in the verification log ($OMNIDRAFT_HOME/verlog.sqlite). Knows names, folders
+and JSON; models are loaded by the callers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.home import subdir
+
+DEFAULT_DRAFTER = "smollm2-135m"
+
+
+def safe_name(s: str) -> str:
+    """A file-safe name for a model reference: a catalog name as it is, a path or URL by its
+    last part plus a short hash of the whole."""
+    if re.fullmatch(r"[A-Za-z0-9._-]+", s):
+        return s
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", s.rstrip("/").rsplit("/", 1)[-1])[:40] or "model"
+    return f"{tail}.{hashlib.sha256(s.encode()).hexdigest()[:8]}"
+
+
+def pair_name(drafter: str, target: str) -> str:
+    """A file-safe name for (drafter, target)."""
+    return f"{safe_name(drafter)}--{safe_name(target)}"
+
+
+@dataclass
+class PairSpec:
+    drafter: str
+    target: str  # catalog name, model dir, .gguf path or http(s):// URL
+    target_tokenizer: str | None = None  # for a remote target
+    name: str = ""
+    created: float = 0.0
+
+    def __post_init__(self):
+        if not self.name:
+            self.name = pair_name(self.drafter, self.target)
+        if not self.created:
+            self.created = time.time()
+
+    @property
+    def remote(self) -> bool:
+        return self.target.startswith(("http://", "https://"))
+
+    @property
+    def tokenizer_source(self) -> str:
+        return self.target_tokenizer or self.target
+
+
+def pair_dir(name: str) -> Path:
+    return subdir("pairs", name)
+
+
+def save_spec(spec: PairSpec) -> None:
+    path = pair_dir(spec.name) / "pair.json"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(spec), indent=1))
+    os.replace(tmp, path)
+
+
+def load_spec(name: str) -> PairSpec:
+    path = subdir("pairs") / name / "pair.json"
+    if not path.is_file():
+        raise OmniDraftError(f"no pair named {name!r}", "run `omnidraft pair --target ...` first")
+    try:
+        return PairSpec(**json.loads(path.read_text()))
+    except (ValueError, TypeError) as err:
+        raise OmniDraftError(f"pair file {path} is unreadable ({err})", "re-run `omnidraft pair`") from None
+
+
+def list_specs() -> list[PairSpec]:
+    root = subdir("pairs")
+    out = []
+    for p in sorted(root.iterdir()):
+        if (p / "pair.json").is_file():
+            try:
+                out.append(load_spec(p.name))
+            except OmniDraftError:
+                continue
+    return out
+
+
+def adapter_store():
+    from omnidraft.adapters import AdapterStore
+
+    return AdapterStore(subdir("adapters"))
+
+
+def log_path() -> Path:
+    return subdir() / "verlog.sqlite"

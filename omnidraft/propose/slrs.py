@@ -1,0 +1,159 @@
+"""String-level rejection sampling (`slrs`, after UAG's Algorithm 3): the drafter's next-string
+distribution turned into an exact distribution over *target* tokens, then ordinary speculative
+sampling against the target, so it is lossless for any drafter and either tokenizer.
+
+The proposal process: draw drafter token d ~ q; the proposed target token is the longest target
+token that is a prefix of d's bytes, except that when d's bytes are a proper prefix of longer
+target tokens (and d is among the ``branch`` most likely such tokens, with at most
+``max_extensions`` of them) one more drafter token d2 is drawn and the longest target prefix of
+bytes(d) + bytes(d2) is proposed. Its probability psi(t) is computed exactly from 1 + branch
+drafter forwards (the bounded lookahead); the cost is counted in ``forwards``. Practical only for
+drafters with short tokens: every branch costs a drafter forward per proposed target token.
+
+Knows byte tables and the drafter's forward interface; nothing about verification.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+
+import numpy as np
+import torch
+
+from omnidraft.translate.reverse import DraftContext
+from omnidraft.decode.sampling import SamplingConfig, probs, sample
+from omnidraft.translate.vocab import VocabMap
+
+
+class SLRSProposer:
+    cache = None  # no n-gram cache
+
+    def __init__(self, vmap: VocabMap, branch: int = 2, max_extensions: int = 512):
+        self.vmap = vmap
+        self.branch = branch
+        self.max_extensions = max_extensions
+        self.vd, self.vt = len(vmap.draft_bytes), len(vmap.target_bytes)
+        self.forwards = 0  # drafter forwards spent on psi (lookahead branches included)
+        self._tables = None
+
+    # ------------------------------------------------------------------ byte tables (lazy)
+    def _build(self):
+        tb = self.vmap.target_bytes
+        by_bytes: dict[bytes, int] = {}
+        for i, b in enumerate(tb):
+            if b and b not in by_bytes:
+                by_bytes[b] = i
+        t_sorted = sorted(by_bytes)  # target strings, sorted: a prefix's extensions are one range
+        t_ids = [by_bytes[b] for b in t_sorted]
+        db = self.vmap.draft_bytes
+        d_order = sorted((i for i in range(self.vd) if db[i]), key=lambda i: db[i])
+        d_sorted = [db[i] for i in d_order]
+        maxlen = max(map(len, t_sorted))
+        r1 = np.full(self.vd, -1, dtype=np.int64)  # [Vd] longest target prefix of each drafter token
+        for i, b in enumerate(db):
+            if b:
+                r1[i] = self._longest(by_bytes, b, maxlen)
+            elif self.vmap.d2t[i] >= 0:  # special tokens map by role
+                r1[i] = self.vmap.d2t[i]
+        self._tables = (by_bytes, t_sorted, t_ids, d_order, d_sorted, maxlen, torch.from_numpy(r1))
+
+    @staticmethod
+    def _longest(by_bytes: dict[bytes, int], s: bytes, maxlen: int) -> int:
+        for n in range(min(len(s), maxlen), 0, -1):
+            t = by_bytes.get(s[:n])
+            if t is not None:
+                return t
+        return -1
+
+    def _extensions(self, s: bytes) -> tuple[int, int]:
+        """[lo, hi) range in the sorted target strings of those that extend ``s`` properly."""
+        t_sorted = self._tables[1]
+        lo = bisect.bisect_left(t_sorted, s)
+        if lo < len(t_sorted) and t_sorted[lo] == s:
+            lo += 1
+        hi = bisect.bisect_left(t_sorted, s + b"\xff" * 8)
+        return lo, hi
+
+    # ------------------------------------------------------------------ psi
+    def distribution(self, model, logits: torch.Tensor, sampling: SamplingConfig, tail: bytes) -> torch.Tensor:
+        """psi [Vt] for the drafter state whose next-token ``logits`` [Vd] are given (``model``
+        holds that state; branches extend it by one token and roll back). ``tail``: committed
+        bytes the drafter has not consumed yet; drafter tokens must start with them."""
+        if self._tables is None:
+            self._build()
+        by_bytes, t_sorted, t_ids, d_order, d_sorted, maxlen, r1 = self._tables
+        db = self.vmap.draft_bytes
+        # greedy: psi from the drafter at temperature 1, so its argmax is the likeliest target token
+        qcfg = SamplingConfig(temperature=1.0) if sampling.greedy else sampling
+        q = probs(logits.float(), qcfg)[: self.vd]  # [Vd]
+        if tail:  # only tokens consistent with the committed partial character, cut after it
+            keep = torch.zeros(self.vd, dtype=torch.bool)
+            r = torch.full((self.vd,), -1, dtype=torch.long)
+            lo = bisect.bisect_left(d_sorted, tail)
+            for j in range(lo, len(d_sorted)):
+                if not d_sorted[j].startswith(tail):
+                    break
+                rest = d_sorted[j][len(tail):]
+                if rest:
+                    keep[d_order[j]] = True
+                    r[d_order[j]] = self._longest(by_bytes, rest, maxlen)
+            q = torch.where(keep & (r >= 0), q, torch.zeros(()))
+            r1 = r
+        q = torch.where(r1 >= 0, q, torch.zeros(()))
+        total = float(q.sum())
+        psi = torch.zeros(self.vt)
+        if total <= 0:
+            return psi
+        q = q / total
+        # the lookahead: the most likely drafter tokens that longer target tokens extend
+        branch = []
+        if self.branch and not tail:
+            for d in torch.topk(q, min(8 * self.branch, self.vd)).indices.tolist():
+                if len(branch) == self.branch:
+                    break
+                lo, hi = self._extensions(db[d]) if db[d] else (0, 0)
+                if 0 < hi - lo <= self.max_extensions and float(q[d]) > 0:
+                    branch.append((d, lo, hi))
+        direct = q.clone()
+        for d, _, _ in branch:
+            direct[d] = 0.0
+        psi.index_add_(0, r1.clamp(min=0), direct)
+        for d, lo, hi in branch:
+            out = model.extend([d], last_only=True)
+            self.forwards += 1
+            q2 = probs(out.logits[-1].float(), qcfg)[: self.vd]  # [Vd]
+            model.rollback(1)
+            r2 = torch.full((self.vd,), int(r1[d]), dtype=torch.long)  # default: bytes(d)'s own
+            base = db[d]
+            for i in sorted(range(lo, hi), key=lambda i: len(t_sorted[i])):  # longer ones win
+                rest = t_sorted[i][len(base):]
+                a = bisect.bisect_left(d_sorted, rest)
+                b = bisect.bisect_left(d_sorted, rest + b"\xff" * 8)
+                if a < b:
+                    r2[torch.tensor(d_order[a:b])] = t_ids[i]
+            psi.index_add_(0, r2, q2 * float(q[d]))
+        return psi
+
+    # ------------------------------------------------------------------ a k-token proposal
+    def propose(self, model, ctx: DraftContext, first_logits: torch.Tensor, k: int,
+                sampling: SamplingConfig, gen: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
+        """Up to k target tokens drawn from psi, each conditioning the drafter on the text of
+        the ones before; returns (ids, psi rows [Vt] each). ``model`` starts synced to ``ctx``."""
+        ids, rows = [], []
+        logits, work = first_logits, ctx
+        for j in range(k):
+            psi = self.distribution(model, logits, sampling, work.tail)
+            if float(psi.sum()) <= 0:
+                break
+            t = int(psi.argmax()) if sampling.greedy else sample(psi, gen)
+            ids.append(t)
+            rows.append(psi)
+            if j == k - 1 or not self.vmap.target_bytes[t]:
+                break
+            work = copy.copy(work)
+            work.gen_ids = list(work.gen_ids)
+            work.append_target([t])
+            logits = model.sync(work.ids).logits[-1]
+            self.forwards += 1
+        return ids, rows

@@ -1,0 +1,2 @@
+"""Cloud targets (omnidraft.serve): the verification server, its gate, and the device-side
+``RemoteTarget``."""

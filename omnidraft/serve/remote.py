@@ -1,0 +1,265 @@
+"""The device side of a cloud target: RemoteTarget speaks the server's JSON protocol over HTTP
+(keep-alive) with timeouts and idempotent retries, and FallbackTarget continues on a local
+target when the cloud is unreachable. Both satisfy the Target protocol of target.py.
+
+Replies are bounded in size and checked (ids in the vocabulary, counts in range) before use.
+A server that cannot serve this generation any more (unreachable, expired session 404, 413,
+429 after retries, 503) raises RemoteUnavailable, which FallbackTarget turns into a switch to
+the local target, from the start or mid-generation.
+A simulated network delay (``rtt_ms``) can be injected in the client transport for
+benchmarks; it is labelled simulated wherever it is reported. Knows HTTP and the protocol.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+
+import torch
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.verify import Verdict
+
+
+class RemoteUnavailable(OmniDraftError):
+    pass
+
+
+MAX_REPLY_BYTES = 16 << 20
+FALLBACK_STATUSES = (404, 413, 503)  # the server can no longer serve this generation
+
+
+def sparse_rows(q: torch.Tensor) -> list[dict]:
+    """[m, V] q' -> the wire form: per row base64 int32 ids and float32 probs of its nonzeros."""
+    rows = []
+    for row in q:
+        nz = row.nonzero().flatten()
+        rows.append({"ids": base64.b64encode(nz.numpy().astype("<i4").tobytes()).decode(),
+                     "probs": base64.b64encode(row[nz].numpy().astype("<f4").tobytes()).decode()})
+    return rows
+
+
+class BadReply(OmniDraftError):
+    pass
+
+
+class RemoteTarget:
+    def __init__(self, url: str, token: str, sampling: SamplingConfig, mode: str = "point-mass",
+                 record_topk: int = 0, *, timeout: float = 30.0, retries: int = 3, rtt_ms: float = 0.0):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise OmniDraftError(f"bad target URL {url!r}", "use http://HOST:PORT")
+        self.url, self.parts = url, parts
+        self.token, self.sampling, self.mode, self.record_topk = token, sampling, mode, record_topk
+        self.timeout, self.retries, self.rtt_ms = timeout, retries, rtt_ms
+        self.conn: http.client.HTTPConnection | None = None
+        self.session: str | None = None
+        self.round = 0
+        self.forwards = 0
+        self._info: dict | None = None
+        self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.requests = 0
+
+    def info(self) -> dict:
+        """The server's model facts (fetched once): vocab_size, max_length, model."""
+        if self._info is None:
+            self._info = self._call("GET", "/v1/health")
+        return self._info
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.info()["vocab_size"])
+
+    @property
+    def max_length(self) -> int:
+        return int(self.info()["max_length"])
+
+    @property
+    def needs_q(self) -> bool:
+        return not self.sampling.greedy and self.mode == "rejection"
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """The served model's generation-config EOS ids (the server reports them)."""
+        return {int(e) for e in self.info().get("eos_ids", [])}
+
+    # ------------------------------------------------------------------ transport
+    def _connect(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
+        return cls(self.parts.hostname, self.parts.port, timeout=self.timeout)
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else b""
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
+                   "Content-Length": str(len(data))}
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(2.0, 0.1 * 2 ** attempt))
+            try:
+                if self.conn is None:
+                    self.conn = self._connect()
+                if self.rtt_ms:
+                    time.sleep(self.rtt_ms / 1000.0)  # simulated network round trip
+                self.conn.request(method, path, body=data, headers=headers)
+                resp = self.conn.getresponse()
+                payload = resp.read(MAX_REPLY_BYTES + 1)
+                self.requests += 1
+            except (OSError, http.client.HTTPException, socket.timeout) as err:
+                last = err
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                continue
+            if len(payload) > MAX_REPLY_BYTES:
+                self.conn.close()
+                self.conn = None
+                raise BadReply(f"target server reply over {MAX_REPLY_BYTES} bytes", "check the server URL")
+            if (resp.status >= 500 and resp.status != 503) or resp.status == 429:
+                last = RuntimeError(f"server answered {resp.status}")
+                continue
+            try:
+                out = json.loads(payload or b"{}")
+            except ValueError:
+                out = None
+            if resp.status >= 400:
+                err = out.get("error") if isinstance(out, dict) and isinstance(out.get("error"), dict) else {}
+                problem = (f"target server refused the request ({resp.status} "
+                           f"{err.get('code', '?')}): {err.get('message', '')}")
+                if resp.status in FALLBACK_STATUSES:
+                    raise RemoteUnavailable(problem)
+                raise OmniDraftError(problem)
+            if not isinstance(out, dict):
+                raise BadReply(f"target server answered {resp.status} with a body that is not a JSON object",
+                               "check the server URL")
+            return out
+        raise RemoteUnavailable(f"cloud target {self.url} unreachable after {self.retries + 1} tries "
+                                f"({last})", "check the server and network, or configure a local fallback")
+
+    # ------------------------------------------------------------------ Target protocol
+    def start(self, prompt_ids: list[int]) -> None:
+        if self.session:
+            self.close()
+        s = self.sampling
+        out = self._call("POST", "/v1/sessions", {
+            "prompt_ids": list(prompt_ids), "mode": self.mode, "record_topk": self.record_topk,
+            "sampling": {"temperature": s.temperature, "top_p": s.top_p, "seed": s.seed}})
+        if not isinstance(out.get("session"), str):
+            raise BadReply("the target server sent an invalid session reply", "check the server version")
+        self.session, self.round = out["session"], 0
+        self.forwards += 1
+
+    def verify(self, proposal: list[int], q: torch.Tensor | None = None) -> Verdict:
+        body: dict = {"round": self.round, "proposal": list(proposal)}
+        if self.needs_q and proposal:
+            body["q"] = sparse_rows(q)
+        out = self._call("POST", f"/v1/sessions/{self.session}/verify", body)
+        verdict, rows = self._check_reply(out, len(proposal))
+        self.round += 1
+        self.forwards += 1
+        self.last_rows = rows
+        return verdict
+
+    def _check_reply(self, out: dict, m: int):
+        """(Verdict, rows or None) from a verify reply, or BadReply if it is not a valid one."""
+        try:
+            accepted, token = out["accepted"], out["token"]
+            ok = (out.get("round") == self.round and type(accepted) is int and type(token) is int
+                  and 0 <= accepted <= m and 0 <= token < self.vocab_size)
+            rows = None
+            if ok and "rows" in out:
+                ids = torch.tensor(out["rows"]["ids"], dtype=torch.long)
+                probs = torch.tensor(out["rows"]["probs"], dtype=torch.float32)
+                ok = (ids.dim() == 2 and ids.shape == probs.shape and ids.shape[0] == accepted + 1
+                      and bool(((ids >= 0) & (ids < self.vocab_size)).all()))
+                rows = (ids, probs)
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            ok = False
+        if not ok:
+            raise BadReply("the target server sent an invalid verify reply", "check the server version")
+        return Verdict(accepted, token), rows
+
+    def close(self) -> None:
+        if self.session:
+            try:
+                self._call("DELETE", f"/v1/sessions/{self.session}")
+            except OmniDraftError:
+                pass
+            self.session = None
+
+
+class FallbackTarget:
+    """Uses ``primary`` (remote) and, if it becomes unavailable (RemoteUnavailable: unreachable,
+    expired session, 413, 503), continues on ``fallback`` (local) from the committed context:
+    the output stays the target's. The fallback must verify in the primary's mode; build it with
+    its own random stream (``LocalTarget(..., stream="fallback")``) so its draws do not repeat
+    the server's."""
+
+    def __init__(self, primary: RemoteTarget, fallback):
+        if fallback.mode != primary.mode and not primary.sampling.greedy:
+            raise OmniDraftError(f"fallback verifies by {fallback.mode}, the remote target by {primary.mode}",
+                                 "build both with the same verify mode")
+        self.primary, self.fallback = primary, fallback
+        self.active = primary
+        self.context: list[int] = []
+        self.fell_back = False
+
+    @property
+    def mode(self) -> str:
+        return self.primary.mode
+
+    @property
+    def needs_q(self) -> bool:
+        return self.active.needs_q
+
+    @property
+    def last_rows(self):
+        return self.active.last_rows
+
+    @property
+    def forwards(self) -> int:
+        return self.primary.forwards + self.fallback.forwards
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return self._fact("eos_ids")
+
+    def _fact(self, name: str):
+        try:
+            return getattr(self.active, name)
+        except RemoteUnavailable:
+            return getattr(self.fallback, name)  # the same model, served locally
+
+    @property
+    def vocab_size(self) -> int:
+        return self._fact("vocab_size")
+
+    @property
+    def max_length(self) -> int:
+        return self._fact("max_length")
+
+    def _switch(self) -> None:
+        self.active, self.fell_back = self.fallback, True
+        self.fallback.start(self.context)
+
+    def start(self, prompt_ids: list[int]) -> None:
+        self.context = list(prompt_ids)
+        try:
+            self.primary.start(prompt_ids)
+            self.active = self.primary
+        except RemoteUnavailable:
+            self._switch()
+
+    def verify(self, proposal: list[int], q: torch.Tensor | None = None) -> Verdict:
+        try:
+            verdict = self.active.verify(proposal, q)
+        except RemoteUnavailable:
+            self._switch()
+            verdict = self.active.verify(proposal, q)
+        self.context += list(proposal[: verdict.accepted]) + [verdict.token]
+        return verdict

@@ -1,0 +1,231 @@
+"""Online distillation of the drafter toward one target (OmniDraft Algorithm 2).
+
+Records from verified generations enter a buffer Q; every ``update_interval`` records the
+drafter takes AdamW steps over Q in batches, then Q is cleared. LoRA (peft, rank 32 on
+q/k/v/o by default) or full fine-tuning. Knows records, losses and the HF model; nothing about
+decoding or where records come from.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.train.losses import DIVERGENCES, direct_loss, ngram_approx_kl, ngram_nll
+from omnidraft.train.records import Record
+
+LOSSES = ("dm", "dm+ngram", "dm+approx")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    method: str = "lora"  # lora | full
+    rank: int = 32
+    alpha: int = 32
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    lr: float | None = None  # default: 1e-4 for LoRA, 2e-5 for full fine-tuning
+    weight_decay: float = 0.01
+    batch_size: int = 8
+    update_interval: int = 8  # I: records collected between updates
+    loss: str = "dm+ngram"  # dm | dm+ngram | dm+approx
+    divergence: str = "kl"  # kl (KL(q'||p), the paper's) | fkl | jsd
+    ngram_lambda: float | str = 0.2  # a float, or "p" for the target's p(t)
+    max_tokens: int = 256
+    specvocab_lambda: float = 0.1  # weight of the SpecVocab ranking loss, when a ranker is trained
+
+    def __post_init__(self):
+        checks = [
+            (self.method in ("lora", "full"), "method", "lora or full"),
+            (self.rank >= 1, "rank", ">= 1"),
+            (self.batch_size >= 1, "batch_size", ">= 1"),
+            (self.update_interval >= 1, "update_interval", ">= 1"),
+            (self.loss in LOSSES, "loss", f"one of {LOSSES}"),
+            (self.divergence in DIVERGENCES, "divergence", f"one of {DIVERGENCES}"),
+            (self.ngram_lambda == "p" or (isinstance(self.ngram_lambda, (int, float))
+                                          and self.ngram_lambda >= 0), "ngram_lambda", "'p' or >= 0"),
+            (self.max_tokens >= 8, "max_tokens", ">= 8"),
+            (self.lr is None or self.lr > 0, "lr", "> 0"),
+        ]
+        for ok, name, want in checks:
+            if not ok:
+                raise OmniDraftError(f"TrainConfig.{name} must be {want}, got {getattr(self, name)!r}")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (1e-4 if self.method == "lora" else 2e-5)
+
+
+def attach_lora(model: torch.nn.Module, cfg: TrainConfig, name: str = "default"):
+    """Wrap an HF causal LM with a fresh LoRA adapter (peft)."""
+    from peft import LoraConfig, get_peft_model
+
+    lcfg = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, target_modules=list(cfg.target_modules),
+                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, lcfg, adapter_name=name)
+
+
+_PER_POSITION = ("draft_ids", "kl_row", "ngram_p", "ngram_first", "ngram_len", "ngram_row",
+                 "ngram_first_direct")
+
+
+def _truncate(rec: Record, max_tokens: int) -> Record:
+    """Keep the last ``max_tokens`` positions (the response end; long prompts lose their start)."""
+    cut = max(0, rec.length - max_tokens)
+    if cut == 0:
+        return rec
+    fields = {k: (v[cut:] if k in _PER_POSITION else v) for k, v in rec.__dict__.items()}
+    fields["gen_start"] = max(1, rec.gen_start - cut)
+    return Record(**fields)
+
+
+def padded_batch(records: list[Record], max_tokens: int) -> tuple[list[Record], torch.Tensor, torch.Tensor]:
+    """Truncated records and their right-padded drafter ids [B, L] and attention mask [B, L]."""
+    recs = [_truncate(r, max_tokens) for r in records]
+    B, L = len(recs), max(r.length for r in recs)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    mask = torch.zeros(B, L, dtype=torch.long)
+    for b, r in enumerate(recs):
+        ids[b, : r.length] = r.draft_ids.long()
+        mask[b, : r.length] = 1
+    return recs, ids, mask
+
+
+class OnlineTrainer:
+    """``model``: an HF causal LM (already wrapped with LoRA for method 'lora')."""
+
+    def __init__(self, model: torch.nn.Module, cfg: TrainConfig, ranker: torch.nn.Module | None = None):
+        """``ranker``: a specvocab.SpecVocabHead trained alongside (lambda * KL to the full head)."""
+        self.cfg = cfg
+        self.model = model
+        self.ranker = ranker
+        params = [p for p in model.parameters() if p.requires_grad]
+        params += list(ranker.parameters()) if ranker is not None else []
+        if not params:
+            raise OmniDraftError("the drafter has no trainable parameters",
+                                 "attach a LoRA adapter or use method 'full'")
+        self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.buffer: list[Record] = []
+        self.steps = 0
+        self.history: list[dict] = []
+
+    def _base(self):
+        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+
+    # ------------------------------------------------------------------ loss
+    def loss(self, records: list[Record]) -> tuple[torch.Tensor, dict]:
+        """Mean loss over the loss positions of ``records`` (every response token counts)."""
+        cfg = self.cfg
+        recs, ids, mask = padded_batch(records, cfg.max_tokens)
+        base = self._base()
+        hidden = base.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
+
+        kl_b, kl_i, kl_r = [], [], []  # direct-mapped positions and their rows
+        ng_b, ng_i, ng_w, ng_rec = [], [], [], []  # n-gram positions
+        for b, r in enumerate(recs):
+            pos = torch.arange(max(r.gen_start, 1), r.length)
+            rows = r.kl_row[pos]
+            sel = pos[rows >= 0]
+            kl_b += [b] * len(sel)
+            kl_i += sel.tolist()
+            kl_r += [(b, int(x)) for x in r.kl_row[sel]]
+            if cfg.loss != "dm":
+                sel = pos[r.ngram_p[pos] > 0]
+                ng_b += [b] * len(sel)
+                ng_i += sel.tolist()
+                ng_w += r.ngram_p[sel].float().tolist()
+                ng_rec += [(b, int(i)) for i in sel]
+        parts = {}
+        total = hidden.new_zeros(())
+        count = len(kl_i) + len(ng_i)
+        if count == 0:
+            return total, {"positions": 0}
+        if kl_i:
+            h = hidden[torch.tensor(kl_b), torch.tensor(kl_i) - 1]  # the state predicting token i
+            logq = torch.log_softmax(base.lm_head(h).float(), -1)  # [N, V]
+            rids, rprobs, rother = self._rows(recs, kl_r)
+            dm = direct_loss(logq, rids, rprobs, rother, cfg.divergence)
+            total = total + dm.sum()
+            parts["dm"] = float(dm.detach().mean())
+            if self.ranker is not None:  # the full head teaches the SpecVocab ranking
+                from omnidraft.models.specvocab import ranking_loss
+
+                rl = ranking_loss(self.ranker(h.detach()), base.lm_head(h.detach()), cfg.specvocab_lambda)
+                total = total + rl * len(kl_i)
+                parts["specvocab"] = float(rl.detach())
+        if ng_i:
+            h = hidden[torch.tensor(ng_b), torch.tensor(ng_i) - 1]
+            logq = torch.log_softmax(base.lm_head(h).float(), -1)  # [M, V]
+            tok = torch.tensor([int(recs[b].draft_ids[i]) for b, i in ng_rec])
+            tok_logq = logq.gather(1, tok.unsqueeze(1)).squeeze(1)  # [M]
+            if cfg.loss == "dm+ngram":
+                lam = torch.tensor(ng_w) if cfg.ngram_lambda == "p" else torch.full((len(ng_i),), float(cfg.ngram_lambda))
+                ng = ngram_nll(tok_logq, lam)
+                total = total + ng.sum()
+                parts["ngram"] = float(ng.detach().mean())
+            else:
+                total = total + self._approx(recs, ng_rec, logq, tok_logq)
+        return total / count, {**parts, "positions": count}
+
+    def _rows(self, recs, refs):
+        K = max((recs[b].row_ids.shape[1] for b, _ in refs), default=1) or 1
+        rids = torch.full((len(refs), K), -1, dtype=torch.long)
+        rprobs = torch.zeros(len(refs), K)
+        rother = torch.ones(len(refs))
+        for n, (b, r) in enumerate(refs):
+            k = recs[b].row_ids.shape[1]
+            rids[n, :k] = recs[b].row_ids[r].long()
+            rprobs[n, :k] = recs[b].row_probs[r].float()
+            rother[n] = float(recs[b].row_other[r])
+        return rids, rprobs, rother
+
+    def _approx(self, recs, ng_rec, logq, tok_logq) -> torch.Tensor:
+        """Sum of approximate-KL terms over whole n-gram segments in the batch."""
+        index = {ref: n for n, ref in enumerate(ng_rec)}
+        firsts, seg, refs, direct, pn = [], [], [], [], []
+        for n, (b, i) in enumerate(ng_rec):
+            r = recs[b]
+            if not bool(r.ngram_first[i]) or int(r.ngram_row[i]) < 0:
+                continue
+            members = [index.get((b, i + j)) for j in range(int(r.ngram_len[i]))]
+            if any(m is None for m in members):
+                continue  # segment cut by truncation
+            firsts.append(n)
+            seg.append(tok_logq[members].sum())
+            refs.append((b, int(r.ngram_row[i])))
+            direct.append(int(r.ngram_first_direct[i]))
+            pn.append(float(r.ngram_p[i]))
+        if not firsts:
+            return logq.new_zeros(())
+        rids, rprobs, rother = self._rows(recs, refs)
+        terms = ngram_approx_kl(logq[firsts], torch.stack(seg), torch.tensor(direct), torch.tensor(pn),
+                                rids, rprobs, rother, self.cfg.divergence)
+        return terms.sum()
+
+    # ------------------------------------------------------------------ updates
+    def step(self, records: list[Record]) -> dict:
+        """One AdamW step on one batch."""
+        self.model.train()
+        t0 = time.perf_counter()
+        loss, parts = self.loss(records)
+        self.opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:
+            loss.backward()
+            self.opt.step()
+        self.model.eval()
+        self.steps += 1
+        info = {"step": self.steps, "loss": float(loss.detach()), **parts, "seconds": time.perf_counter() - t0}
+        self.history.append(info)
+        return info
+
+    def add(self, record: Record) -> list[dict]:
+        """Buffer a record; when the buffer reaches the update interval, train on it and clear it."""
+        self.buffer.append(record)
+        if len(self.buffer) < self.cfg.update_interval:
+            return []
+        out = [self.step(self.buffer[i:i + self.cfg.batch_size])
+               for i in range(0, len(self.buffer), self.cfg.batch_size)]
+        self.buffer.clear()
+        return out

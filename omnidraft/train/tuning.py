@@ -1,0 +1,170 @@
+"""One fine-tuning round for a pair: read new verification records, train the drafter's LoRA
+adapter and the acceptance head (interleaved), check the candidate on held-out records, and
+publish it atomically only if its acceptance does not drop.
+
+Crash safety: a round's trained record ids go into the published version's meta.json (atomic
+with the weights); rejected rounds advance a cursor file. The next round starts after the larger
+of the two, so after a kill -9 no record is lost and none is trained on twice in the published
+lineage. Knows the log, the adapter store and the trainers; nothing about processes (daemon.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.errors import OmniDraftError
+from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
+from omnidraft.pairs.spec import PairSpec, pair_dir
+from omnidraft.train.records import Record
+from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    min_records: int = 8  # train once this many new (non-held-out) records exist
+    max_records: int = 64  # at most this many per round
+    holdout_every: int = 5  # records whose id is a multiple of this are held out, never trained on
+    eval_records: int = 16  # the most recent held-out records judge a candidate
+    train: TrainConfig = field(default_factory=TrainConfig)
+    head: HeadConfig = field(default_factory=lambda: HeadConfig(labels="greedy"))
+
+    def __post_init__(self):
+        checks = [(self.min_records >= 1, "min_records", ">= 1"),
+                  (self.max_records >= self.min_records, "max_records", ">= min_records"),
+                  (self.holdout_every >= 2, "holdout_every", ">= 2"),
+                  (self.eval_records >= 1, "eval_records", ">= 1")]
+        for ok, name, want in checks:
+            if not ok:
+                raise OmniDraftError(f"RoundConfig.{name} must be {want}, got {getattr(self, name)!r}")
+
+
+@torch.no_grad()
+def match_rate(model, records: list[Record], max_tokens: int = 256) -> float:
+    """Teacher-forced greedy acceptance: over the records' response positions that map to the
+    target (direct or inside an n-gram), the fraction where the drafter's argmax is the target's
+    token. Needs no target model: the records hold the target's output."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hit = total = 0
+    for rec in records:
+        r = _truncate(rec, max_tokens)
+        ids = r.draft_ids.long().unsqueeze(0)
+        logits = base(input_ids=ids).logits[0, :-1]  # [L-1, V] predicts positions 1..L-1
+        ok = logits.argmax(-1) == ids[0, 1:]
+        pos = torch.arange(1, r.length)
+        use = (pos >= r.gen_start) & ((r.kl_row[1:] >= 0) | (r.ngram_p[1:] > 0))
+        hit += int(ok[use].sum())
+        total += int(use.sum())
+    return hit / total if total else 0.0
+
+
+def cursor(spec: PairSpec, store) -> int:
+    """Last record id consumed: the newer of the published lineage and rejected rounds."""
+    through = 0
+    latest = store.latest(spec.name)
+    if latest:
+        meta = store.path(spec.name, latest) / "meta.json"
+        if meta.is_file():
+            through = int(json.loads(meta.read_text()).get("records_through", 0))
+    path = pair_dir(spec.name) / "cursor.json"
+    if path.is_file():
+        try:
+            through = max(through, int(json.loads(path.read_text())["records_through"]))
+        except (ValueError, KeyError):
+            pass
+    return through
+
+
+def _write_cursor(spec: PairSpec, through: int, info: dict) -> None:
+    path = pair_dir(spec.name) / "cursor.json"
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"records_through": through, **info}))
+    os.replace(tmp, path)
+
+
+def _history(spec: PairSpec, entry: dict) -> None:
+    """Append one finished round to pairs/<name>/rounds.jsonl (the audit trail `status` shows)."""
+    with open(pair_dir(spec.name) / "rounds.jsonl", "a") as f:
+        f.write(json.dumps({"time": time.time(), **entry}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def history(spec: PairSpec) -> list[dict]:
+    path = pair_dir(spec.name) / "rounds.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a torn last line after a crash
+            continue
+    return out
+
+
+def load_trainable(spec: PairSpec, store, base_model):
+    """(peft drafter, acceptance head, version or None): the latest published adapter and head
+    made trainable, or fresh ones."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    latest = store.latest(spec.name)
+    if latest is None:
+        return attach_lora(base_model, TrainConfig()), None, None
+    path = store.path(spec.name, latest)
+    model = PeftModel.from_pretrained(base_model, str(path), is_trainable=True)
+    head_file = path / "head.safetensors"
+    head = AcceptanceHead.from_state(load_file(str(head_file))) if head_file.is_file() else None
+    return model, head, latest
+
+
+def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundConfig(), *,
+              progress: Callable[[str], None] | None = None,
+              wait_if_paused: Callable[[], None] | None = None) -> dict:
+    """One round. Returns {"status": "waiting" | "published" | "rejected", ...}."""
+    say = progress or (lambda _m: None)
+    start = cursor(spec, store)
+    rows = log.read(spec.name, after=start, limit=cfg.max_records * 2)
+    train_rows = [r for r in rows if r[0] % cfg.holdout_every][: cfg.max_records]
+    interval = cfg.train.update_interval
+    train_rows = train_rows[: len(train_rows) // interval * interval]
+    if len(train_rows) < max(cfg.min_records, interval):
+        return {"status": "waiting", "new_records": len([r for r in rows if r[0] % cfg.holdout_every])}
+    through = train_rows[-1][0]
+    held = [r for r in log.read(spec.name, after=0, limit=10**9) if r[0] % cfg.holdout_every == 0]
+    held = [Record.from_bytes(r[2]) for r in held[-cfg.eval_records:]]
+    model, head, version = load_trainable(spec, store, base_model)
+    head = head or AcceptanceHead(model.config.hidden_size, cfg.head.width)
+    t0 = time.perf_counter()
+    before = match_rate(model, held) if held else None
+    model.train()
+    trainer = AdaptiveTrainer(OnlineTrainer(model, cfg.train), HeadTrainer(head, model, cfg.head), "interleaved")
+    for n, (rid, _prompt, data) in enumerate(train_rows):
+        if wait_if_paused:
+            wait_if_paused()
+        trainer.add(Record.from_bytes(data))
+        say(f"{spec.name}: trained on {n + 1}/{len(train_rows)} records")
+    model.eval()
+    after = match_rate(model, held) if held else None
+    info = {"records_from": train_rows[0][0], "records_through": through,
+            "record_ids": [r[0] for r in train_rows], "base_version": version,
+            "acceptance_before": before, "acceptance_after": after, "held_out": len(held),
+            "distill_steps": trainer.distill.steps, "head_steps": trainer.head.steps,
+            "seconds": round(time.perf_counter() - t0, 1)}
+    if held and after < before:
+        _write_cursor(spec, through, {"rejected": info})
+        _history(spec, {"status": "rejected", **info})
+        say(f"{spec.name}: candidate rejected (held-out acceptance {before:.3f} -> {after:.3f})")
+        return {"status": "rejected", **info}
+    new = store.publish(spec.name, model, meta=info, extra={"head": head.state_dict()})
+    _write_cursor(spec, through, {"published": new})
+    _history(spec, {"status": "published", "version": new, **info})
+    say(f"{spec.name}: published {new} (held-out acceptance {before} -> {after})")
+    return {"status": "published", "version": new, **info}
