@@ -1,5 +1,6 @@
 """ExecuTorchLM: the exported drafter program (.pte + a per-target .ptd) behind the same
-interface as the eager ``CausalLM``, so the speculative loop runs unchanged on it.
+interface as the eager ``CausalLM`` (the ``LM`` protocol, models/lm.py), so the decode loop runs
+unchanged on it.
 
 Knows the ExecuTorch runtime, the program's static cache and program.json; nothing about
 tokenizers, strategies or training.
@@ -14,8 +15,9 @@ import torch
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.adapter_data import check_ptd
-from omnidraft.export.lower import ProgramInfo
-from omnidraft.models.eager import Forward, sync_prefix
+from omnidraft.export.info import ProgramInfo
+from omnidraft.models import lm as lm_ops
+from omnidraft.models.lm import Forward
 
 
 class ExecuTorchLM:
@@ -89,9 +91,11 @@ class ExecuTorchLM:
     def reset(self) -> None:
         self.tokens = []
 
+    def input_embeddings(self) -> None:
+        return None  # the program scores acceptance itself (scores_accept)
+
     def rollback(self, n: int) -> None:
-        if n < 0 or n > self.length:
-            raise ValueError(f"cannot roll back {n} tokens from a cache of {self.length}")
+        lm_ops.check_rollback(n, self.length)
         if n:
             del self.tokens[-n:]
 
@@ -118,9 +122,7 @@ class ExecuTorchLM:
         return Forward(logits=logits, hidden=hid if hidden else None, accept=accept)
 
     def prefill(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        self.reset()
-        return self.extend(ids, hidden=hidden, last_only=True)
+        return lm_ops.prefill(self, ids, hidden=hidden)
 
     def sync(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        """As ``CausalLM.sync``: keep the common prefix, feed the rest, last position's outputs."""
-        return sync_prefix(self, ids, hidden=hidden)
+        return lm_ops.sync(self, ids, hidden=hidden)

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
 import torch
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_path
 
-from .lower import ProgramInfo
+from .info import ProgramInfo
 
 _PEFT_KEY = re.compile(r"^base_model\.model\.(.+)\.(lora_[AB])\.weight$")
 
@@ -87,10 +87,8 @@ def write_ptd(tensors: dict[str, torch.Tensor], raw: set[str], path: Path) -> No
                                tensor_layout=None if key in raw else TensorLayout.from_tensor(t))
     cord = FlatTensorSerializer().serialize(DataPayload(buffers=buffers, named_data=named))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         cord.write_to_file(f)
-    os.replace(tmp, path)
 
 
 def adapter_tensors(version_dir: Path, info: ProgramInfo) -> dict[str, torch.Tensor]:

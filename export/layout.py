@@ -2,7 +2,7 @@
 programs/<drafter>-<quant>-s<max_seq>[-sv<k>]/{program.pte, program.json, base.ptd} and
 pairs/<pair>/executorch/<program_id>/<version>.ptd.
 
-Knows folder names only; the files' contents belong to lower.py and adapter_data.py.
+Knows folder names only; the files' contents belong to lower.py, info.py and adapter_data.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.home import subdir
 from omnidraft.pairs.spec import safe_name
 
-from .lower import ProgramInfo
+from .info import ProgramInfo
 
 
 def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0) -> Path:

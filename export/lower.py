@@ -14,9 +14,8 @@ Knows torch.export, torchao and the ExecuTorch lowering APIs; nothing about pair
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -24,11 +23,12 @@ import torch
 
 from omnidraft.errors import OmniDraftError
 
+from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
+from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
 
 QUANTS = ("fp32", "8da8w", "8da4w")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -58,37 +58,6 @@ class ExportConfig:
         for ok, name, want in checks:
             if not ok:
                 raise OmniDraftError(f"ExportConfig.{name} must be {want}, got {getattr(self, name)!r}")
-
-
-@dataclass
-class ProgramInfo:
-    """program.json: how a .pte was made and what its .ptd must hold."""
-
-    program_id: str  # sha256 of the .pte, first 16 hex digits
-    config: dict
-    vocab_size: int
-    hidden_size: int
-    max_seq: int
-    adapter_keys: dict[str, list]  # FQN -> [shape list, dtype name]: every adapter tensor
-    ptd_keys: dict[str, list]  # FQN -> the .ptd keys that carry its bytes (its FQN, its content key)
-    format: int = FORMAT
-    export_seconds: float = 0.0
-    pte_bytes: int = 0
-    versions: dict = field(default_factory=dict)
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1))
-
-    @classmethod
-    def load(cls, path: Path) -> "ProgramInfo":
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
-            raise OmniDraftError(f"cannot read {path}: {err}", "re-run `omnidraft export`") from err
-        if data.get("format") != FORMAT:
-            raise OmniDraftError(f"{path} has format {data.get('format')}, expected {FORMAT}",
-                                 "re-run `omnidraft export`")
-        return cls(**data)
 
 
 def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
@@ -157,8 +126,6 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-
-    from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

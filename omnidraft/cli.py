@@ -129,11 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_pair(args) -> int:
-    from omnidraft.pairs.calibrate import format_report, pair
     from omnidraft.models.loading import set_threads
+    from omnidraft.pairs.build import is_remote
+    from omnidraft.pairs.calibrate import format_report, pair
 
     set_threads(args.threads)
-    remote = args.target.startswith(("http://", "https://"))
+    remote = is_remote(args.target)
     report = pair(args.target, args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
                   max_new_tokens=args.max_new_tokens, token=read_token(args.token_file) if remote else None,
                   target_tokenizer=args.target_tokenizer)
@@ -205,7 +206,7 @@ def _cmd_export_adapter(args) -> int:
 
     from omnidraft.export.adapter_data import export_adapter
     from omnidraft.export.layout import find_program, pair_ptd
-    from omnidraft.export.lower import ProgramInfo
+    from omnidraft.export.info import ProgramInfo
     from omnidraft.pairs.spec import adapter_store, load_spec
 
     spec = load_spec(args.pair)
@@ -219,7 +220,7 @@ def _cmd_export_adapter(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from omnidraft.pairs.calibrate import demo
+    from omnidraft.pairs.demo import demo
     from omnidraft.models.loading import set_threads
 
     set_threads(args.threads)
@@ -280,54 +281,39 @@ def _cmd_models(args) -> int:
 
 def _cmd_generate(args) -> int:
     from omnidraft.decode.generate import generate_ar, generate_speculative
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
     from omnidraft.decode.modes import default_verify_mode
-    from omnidraft.translate.state import Pair
     from omnidraft.decode.sampling import SamplingConfig
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.models.loading import load_tokenizer, set_threads
+    from omnidraft.pairs.build import is_remote, load_drafter, load_target
+    from omnidraft.propose.config import SpecConfig
+    from omnidraft.propose.registry import get
+    from omnidraft.translate.state import PairState
 
     if not args.prompt.strip():
         raise OmniDraftError("empty prompt", "pass some text with --prompt")
     strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
     spec = SpecConfig(strategy=strategy, k=args.draft_length, confidence=args.confidence)
+    speculative = get(strategy).speculative
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     set_threads(args.threads)
-    remote = args.target.startswith(("http://", "https://"))
+    remote = is_remote(args.target)
+    if remote and not speculative:
+        raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
     verify = args.verify or default_verify_mode(strategy, remote=remote)
-    program = None
-    if args.drafter_runtime == "executorch" and strategy != "ar":  # fail before loading models
-        from omnidraft.export.layout import find_program
-
-        program = find_program(args.drafter or "smollm2-135m", args.quant, args.max_seq, args.specvocab_k)
-    if remote:
-        from omnidraft.serve.remote import FallbackTarget, RemoteTarget
-        from omnidraft.decode.target import LocalTarget
-
-        if strategy == "ar":
-            raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
-        target = RemoteTarget(args.target, read_token(args.token_file), sampling, verify)
-        if args.fallback_target:
-            target = FallbackTarget(target, LocalTarget(load_model(args.fallback_target, dtype=args.dtype),
-                                                        sampling, verify, stream="fallback"))
-        tok = load_tokenizer(args.target_tokenizer or args.fallback_target or target.info()["model"])
-    else:
-        tok = load_tokenizer(args.target)
-        target = load_model(args.target, dtype=args.dtype)
+    dname = args.drafter or "smollm2-135m"
+    drafter = (load_drafter(dname, args.drafter_runtime, quant=args.quant, max_seq=args.max_seq,
+                            specvocab_k=args.specvocab_k, adapter_ptd=args.adapter_ptd, dtype=args.dtype)
+               if speculative else None)  # first: a missing program fails before the target loads
+    target, tok = load_target(args.target, sampling=sampling, verify=verify, dtype=args.dtype,
+                              token=read_token(args.token_file) if remote else None,
+                              tokenizer=args.target_tokenizer, fallback=args.fallback_target)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
-    if strategy == "ar":
+    if not speculative:
         result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,
                              sampling=sampling, chat=args.chat, on_text=on_text)
     else:
-        dname = args.drafter or "smollm2-135m"
-        dtok = load_tokenizer(dname)
-        if program is not None:
-            from omnidraft.device.runtime import ExecuTorchLM
-
-            drafter = ExecuTorchLM(program, args.adapter_ptd, name=dname)
-        else:
-            drafter = load_model(dname, dtype=args.dtype)
-        pair = Pair(dtok, tok, drafter.vocab_size, target.vocab_size, persist=True,
-                    policy=args.cache_policy, max_bytes=args.cache_mib << 20)
+        pair = PairState(load_tokenizer(dname), tok, drafter.vocab_size, target.vocab_size, persist=True,
+                         policy=args.cache_policy, max_bytes=args.cache_mib << 20)
         try:
             result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
                                           max_new_tokens=args.max_new_tokens, sampling=sampling,

@@ -17,7 +17,8 @@ from omnidraft.decode.generate import Result, stream_speculative
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, save_spec
 from omnidraft.decode.sampling import SamplingConfig
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.registry import STRATEGIES, get
 
 
 class Session:
@@ -40,15 +41,14 @@ class Session:
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "eager",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None):
-        from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-        from omnidraft.translate.state import Pair
+        from omnidraft.models.loading import load_tokenizer, set_threads
+        from omnidraft.pairs.build import load_drafter, load_target
         from omnidraft.train.verlog import VerificationLog
+        from omnidraft.translate.state import PairState
 
-        if drafter_runtime not in ("eager", "executorch"):
-            raise OmniDraftError(f"unknown drafter_runtime {drafter_runtime!r}", "use eager or executorch")
-        if strategy not in ("tli", "omnidraft"):
+        if not get(strategy).speculative:
             raise OmniDraftError(f"a Session runs speculative strategies, not {strategy!r}",
-                                 "use tli or omnidraft")
+                                 f"use one of {', '.join(s for s in STRATEGIES if get(s).speculative)}")
         check_verify_mode(verify)
         set_threads(threads)
         self.spec = PairSpec(drafter, target, target_tokenizer)
@@ -61,29 +61,15 @@ class Session:
         self.verify = verify or default_verify_mode(strategy, remote=self.spec.remote)
         self.lossless = is_lossless(strategy, self.verify, sampling)
         self.record_topk = record_topk if log else 0
-        if self.spec.remote:
-            from omnidraft.serve.remote import RemoteTarget
-
-            if not token:
-                raise OmniDraftError("a remote target needs a bearer token", "pass token=...")
-            self.target = RemoteTarget(target, token, sampling, self.verify, self.record_topk)
-            tok_name = self.spec.target_tokenizer or self.target.info()["model"]
-            target_vocab = self.target.info()["vocab_size"]
-        else:
-            self.target = load_model(target, dtype=target_dtype)
-            tok_name, target_vocab = target, self.target.vocab_size
-        self.target_tok = load_tokenizer(tok_name)
+        self.drafter = load_drafter(drafter, drafter_runtime, quant=quant, max_seq=max_seq)
+        self.drafter_runtime = drafter_runtime
         self.draft_tok = load_tokenizer(drafter)
-        if drafter_runtime == "executorch":
-            from omnidraft.device.runtime import ExecuTorchLM
-            from omnidraft.export.layout import find_program
-
-            self.base = None
-            self.drafter = ExecuTorchLM(find_program(drafter, quant, max_seq), name=drafter)
-        else:
-            self.base = load_model(drafter, dtype="fp32")
-            self.drafter = self.base
-        self.pair = Pair(self.draft_tok, self.target_tok, self.drafter.vocab_size, target_vocab, persist=True)
+        self.target, self.target_tok = load_target(target, sampling=sampling, verify=self.verify,
+                                                   dtype=target_dtype, token=token,
+                                                   tokenizer=self.spec.target_tokenizer,
+                                                   record_topk=self.record_topk)
+        self.pair = PairState(self.draft_tok, self.target_tok, self.drafter.vocab_size, self.target.vocab_size,
+                              persist=True)
         if not known:  # registered only once both models loaded
             save_spec(self.spec)
         self.cfg = SpecConfig(strategy, k=k)
@@ -108,7 +94,7 @@ class Session:
         if latest is None or latest == self.version:
             return self.version
         version_dir = self.store.path(self.spec.name, latest)
-        if self.base is None:  # ExecuTorch program: swap the .ptd (LoRA + head), no re-export
+        if self.drafter_runtime == "executorch":  # the program: swap the .ptd (LoRA + head), no re-export
             from omnidraft.export.layout import ensure_pair_ptd
 
             self.drafter.load_adapter(ensure_pair_ptd(self.spec.name, version_dir, self.drafter.info))

@@ -14,60 +14,45 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
 import time
 
-from benchio import save, stamp_report
+from benchio import Tally, save, stamp_report, table
+from benchsetup import load_models, logger, parser, start
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
-    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap = parser(__doc__, k_help="fixed draft length")
     ap.add_argument("--train", type=int, default=64)
     ap.add_argument("--test", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--k", type=int, default=4, help="fixed draft length")
     ap.add_argument("--max-k", type=int, default=8, help="most tokens per adaptive draft")
     ap.add_argument("--gammas", type=float, nargs="+", default=[0.3, 0.5, 0.7])
     ap.add_argument("--gamma", type=float, default=0.5, help="gamma of the adapt-only and joint rows")
     ap.add_argument("--head-steps", type=int, default=4, help="interleaved head steps per distillation update")
     ap.add_argument("--pretrain-epochs", type=int, default=0, help="offline head pretraining passes")
-    ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
-
-    import torch
 
     from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
     from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
-    def log(msg):
-        print(f"[adaptive] {msg}", file=sys.stderr, flush=True)
-
-    set_threads(args.threads)
-    torch.manual_seed(0)
+    log = logger("adaptive")
+    start(args.threads, seed=0)
     problems = humaneval()
     train, test = problems[: args.train], problems[len(problems) - args.test:]
-    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
-    drafter = load_model(args.drafter, dtype="fp32")
-    target = load_model(args.target, dtype=args.target_dtype)
-    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
+    models = load_models(args.drafter, args.target, drafter_dtype="fp32", target_dtype=args.target_dtype)
+    drafter, target = models.drafter, models.target
+    pair = models.pair()
     seeded = copy.deepcopy(pair.cache)
     base = drafter.model
-    hcfg = HeadConfig(gamma=args.gamma, max_k=args.max_k, labels="greedy", head_steps=args.head_steps)
+    hcfg = HeadConfig(labels="greedy", head_steps=args.head_steps)
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
                           k=args.k, max_k=args.max_k, max_new_tokens=args.max_new_tokens,
                           train_problems=args.train, test_problems=args.test, epochs=args.epochs,
@@ -128,37 +113,29 @@ def main(argv=None) -> int:
              SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma))]
     rows += [(f"interleaved distill + adapt (gamma {g})", inter_lm, inter_head,
               SpecConfig("omnidraft", k=args.max_k, gamma=g)) for g in args.gammas]
-    tot = {name: {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "steps": 0} for name, *_ in rows}
+    tot = {name: Tally() for name, *_ in rows}
     for n, p in enumerate(test):
         for name, lm, head, cfg in rows:
             pair.cache = copy.deepcopy(seeded)
-            m = generate_speculative(lm, target, pair, p, cfg=cfg, max_new_tokens=args.max_new_tokens,
-                                     head=head).metrics
-            t = tot[name]
-            t["tokens"] += m["new_tokens"]
-            t["wall"] += m["wall_s"]
-            t["proposed"] += m["proposed"]
-            t["accepted"] += m["accepted"]
-            t["steps"] += m["steps"]
+            tot[name].add(generate_speculative(lm, target, pair, p, cfg=cfg, max_new_tokens=args.max_new_tokens,
+                                               head=head).metrics)
         log(f"evaluated prompt {n + 1}/{len(test)}")
     for name, *_ in rows:
         t = tot[name]
-        report["rows"].append({"row": name, "acceptance_rate": round(t["accepted"] / max(t["proposed"], 1), 4),
-                               "proposed_per_step": round(t["proposed"] / max(t["steps"], 1), 2),
-                               "tokens_per_step": round(t["tokens"] / max(t["steps"], 1), 3),
-                               "tokens_per_s": round(t["tokens"] / t["wall"], 3)})
+        report["rows"].append({"row": name, "acceptance_rate": t.acceptance_rate(),
+                               "proposed_per_step": round(t.proposed / max(t.steps, 1), 2),
+                               "tokens_per_step": round(t.tokens / max(t.steps, 1), 3),
+                               "tokens_per_s": t.tokens_per_s()})
     ref = next(r["tokens_per_s"] for r in report["rows"] if r["row"].startswith("distill only"))
-    md = [f"# Adaptive drafting benchmark ({report['date'][:16]}Z)", "",
-          f"{args.drafter} (fp32) -> {args.target} ({args.target_dtype}), greedy, fixed k={args.k}, adaptive "
+    md = [f"{args.drafter} (fp32) -> {args.target} ({args.target_dtype}), greedy, fixed k={args.k}, adaptive "
           f"max k={args.max_k}; train stream HumanEval[:{args.train}] x {args.epochs} epochs, held-out "
-          f"HumanEval[-{args.test}:], {args.max_new_tokens} new tokens; `{report['command']}`", "",
-          "| row | acceptance | proposed/step | tokens/step | tokens/s | vs distill only |", "|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['proposed_per_step']} | {r['tokens_per_step']} | "
-                  f"{r['tokens_per_s']} | {r['tokens_per_s'] / ref:.2f}x |")
+          f"HumanEval[-{args.test}:], {args.max_new_tokens} new tokens; `{report['command']}`", ""]
+    md += table(["row", "acceptance", "proposed/step", "tokens/step", "tokens/s", "vs distill only"],
+                [[r["row"], r["acceptance_rate"], r["proposed_per_step"], r["tokens_per_step"], r["tokens_per_s"],
+                  f"{r['tokens_per_s'] / ref:.2f}x"] for r in report["rows"]])
     md += ["", "Training: " + "; ".join(f"{k}: {v['seconds']} s, {v['distill_steps']} distill + "
                                         f"{v['head_steps']} head steps" for k, v in report["training"].items())]
-    save(args.out, "adaptive", report, md)
+    save(args.out, "adaptive", "Adaptive drafting benchmark", report, md)
     return 0
 
 

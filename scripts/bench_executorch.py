@@ -12,13 +12,13 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
 import time
 
-from benchio import save, stamp_report
+from benchio import Tally, save, stamp_report, table
+from benchsetup import Models, load, logger, parser, start
 
 QUANTS = ("fp32", "8da8w", "8da4w")
 LLAMA_68M = dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=2,
@@ -30,7 +30,8 @@ def ensure_program(name: str, quant: str, max_seq: int, make_lm, log, delegate_a
     """The exported program (exported now if missing or made by an older format)."""
     from omnidraft.errors import OmniDraftError
     from omnidraft.export.layout import program_dir
-    from omnidraft.export.lower import ExportConfig, ProgramInfo, export_drafter
+    from omnidraft.export.info import ProgramInfo
+    from omnidraft.export.lower import ExportConfig, export_drafter
 
     d = program_dir(name + ("" if delegate_adapter else "-portable-lora"), quant, max_seq)
     try:
@@ -56,15 +57,8 @@ def decode_ms(lm, prompt: list[int], n: int, forced: list[int] | None = None) ->
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
-    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap = parser(__doc__, prompts=8)
     ap.add_argument("--decode-tokens", type=int, default=48, help="tokens per ms/token measurement")
-    ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--max-seq", type=int, default=1024)
     ap.add_argument("--quants", nargs="+", default=list(QUANTS))
     ap.add_argument("--no-e2e", action="store_true")
@@ -72,7 +66,6 @@ def main(argv=None) -> int:
                     "exported with its LoRA ops outside XNNPACK (portable kernels), the older layout")
     ap.add_argument("--shapes", nargs="+", default=["drafter", "llama-68m-shape"],
                     help="which drafters to time: 'drafter' (--drafter) and/or llama-68m-shape")
-    ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
     import torch
@@ -81,15 +74,14 @@ def main(argv=None) -> int:
 
     from omnidraft.device.runtime import ExecuTorchLM
     from omnidraft.decode.generate import generate_ar, generate_speculative
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
+    from omnidraft.models.loading import load_model, load_tokenizer
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
 
-    set_threads(args.threads)
+    start(args.threads)
     _unsafe_reset_threadpool(args.threads)  # XNNPACK's pool: the same thread count as torch
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    log = logger()
     prompts = humaneval(limit=args.prompts)
     dtok = load_tokenizer(args.drafter)
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
@@ -165,55 +157,44 @@ def main(argv=None) -> int:
         del rows
 
     if not args.no_e2e and runtimes:
-        ttok = load_tokenizer(args.target)
-        target = load_model(args.target, dtype=args.target_dtype)
-        # one Pair per runtime: each learns its own n-grams online, as a device would
-        pairs = {r: Pair(dtok, ttok, runtimes["eager fp32"].vocab_size, target.vocab_size) for r in runtimes}
+        ttok, target = load(args.target, args.target_dtype)
+        # one PairState per runtime: each learns its own n-grams online, as a device would
+        models = Models(dtok, runtimes["eager fp32"], ttok, target)
+        pairs = {r: models.pair() for r in runtimes}
         cfg = SpecConfig("omnidraft", k=args.k)
-        tot = {r: {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "equal": 0} for r in ["ar", *runtimes]}
+        tot = {r: Tally() for r in ["ar", *runtimes]}
         for i, p in enumerate(prompts):
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens)
-            tot["ar"]["tokens"] += ref.metrics["new_tokens"]
-            tot["ar"]["wall"] += ref.metrics["wall_s"]
-            tot["ar"]["equal"] += 1
+            tot["ar"].add(ref.metrics, equal=True)
             for r, lm in runtimes.items():
                 res = generate_speculative(lm, target, pairs[r], p, cfg=cfg, max_new_tokens=args.max_new_tokens)
-                m = res.metrics
-                t = tot[r]
-                t["tokens"] += m["new_tokens"]
-                t["wall"] += m["wall_s"]
-                t["proposed"] += m["proposed"]
-                t["accepted"] += m["accepted"]
-                t["equal"] += int(res.token_ids == ref.token_ids)
+                tot[r].add(res.metrics, equal=res.token_ids == ref.token_ids)
             log(f"prompt {i + 1}/{len(prompts)} done")
-        ar_tps = tot["ar"]["tokens"] / tot["ar"]["wall"]
-        for r, t in tot.items():
-            tps = t["tokens"] / t["wall"]
+        ar_tps = tot["ar"].tokens / tot["ar"].wall
+        for r, t in tot.items():  # ar drafts nothing: no acceptance
+            tps = t.tokens / t.wall
             report["end_to_end"].append({
-                "drafter_runtime": r, "acceptance_rate": round(t["accepted"] / t["proposed"], 4) if t["proposed"] else None,
+                "drafter_runtime": r, "acceptance_rate": t.acceptance_rate() if r != "ar" and t.proposed else None,
                 "tokens_per_s": round(tps, 3), "speedup_vs_ar": round(tps / ar_tps, 3),
-                "equal_to_ar": f"{t['equal']}/{len(prompts)}"})
-    md = [f"# ExecuTorch drafter benchmark ({report['date'][:16]}Z)", "",
-          f"`{report['command']}`", "",
+                "equal_to_ar": f"{t.equal}/{len(prompts)}"})
+    md = [f"`{report['command']}`", "",
           f"{args.threads} threads (torch and XNNPACK), batch 1, one token per step after a 64-token "
           f"prefill, median of {args.decode_tokens} steps x 4 prompts; static cache {args.max_seq}. "
           "Every runtime is fed eager fp32's greedy continuation; top-1 agreement = how often its "
-          "argmax equals eager's at the same step (random weights for the Llama-68M shape).", "",
-          "| drafter | runtime | ms/token | vs eager | top-1 agreement vs eager |", "|---|---|---|---|---|"]
-    for x in report["per_token"]:
-        md.append(f"| {x['drafter']} | {x['runtime']} | {x['ms_per_token']} | {x['speedup_vs_eager']}x "
-                  f"| {x['top1_agreement_vs_eager']} |")
-    md += ["", "| program | .pte MiB | adapter .ptd MiB (LoRA r=32 + head) | adapter swap ms | export s |",
-           "|---|---|---|---|---|"]
-    md += [f"| {p['drafter']} {p['quant']} | {p['pte_mib']} | {p['adapter_ptd_mib_trained']} | "
-           f"{p['adapter_swap_ms']} | {p['export_s']} |" for p in report["programs"]]
+          "argmax equals eager's at the same step (random weights for the Llama-68M shape).", ""]
+    md += table(["drafter", "runtime", "ms/token", "vs eager", "top-1 agreement vs eager"],
+                [[x["drafter"], x["runtime"], x["ms_per_token"], f"{x['speedup_vs_eager']}x",
+                  x["top1_agreement_vs_eager"]] for x in report["per_token"]])
+    md += [""] + table(["program", ".pte MiB", "adapter .ptd MiB (LoRA r=32 + head)", "adapter swap ms", "export s"],
+                       [[f"{p['drafter']} {p['quant']}", p["pte_mib"], p["adapter_ptd_mib_trained"],
+                         p["adapter_swap_ms"], p["export_s"]] for p in report["programs"]])
     if report["end_to_end"]:
         md += ["", f"End to end: {args.drafter} -> {args.target} ({args.target_dtype}), greedy, omnidraft "
-               f"k={args.k}, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens.", "",
-               "| drafter runtime | acceptance | tokens/s | speedup vs ar | output == ar |", "|---|---|---|---|---|"]
-        md += [f"| {x['drafter_runtime']} | {x['acceptance_rate']} | {x['tokens_per_s']} | {x['speedup_vs_ar']}x "
-               f"| {x['equal_to_ar']} |" for x in report["end_to_end"]]
-    save(args.out, "executorch", report, md)
+               f"k={args.k}, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens.", ""]
+        md += table(["drafter runtime", "acceptance", "tokens/s", "speedup vs ar", "output == ar"],
+                    [[x["drafter_runtime"], x["acceptance_rate"], x["tokens_per_s"], f"{x['speedup_vs_ar']}x",
+                      x["equal_to_ar"]] for x in report["end_to_end"]])
+    save(args.out, "executorch", "ExecuTorch drafter benchmark", report, md)
     return 0
 
 

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -20,7 +19,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from benchio import save, stamp_report
+from benchio import Tally, save, stamp_report, table
+from benchsetup import load_models, logger, parser, prompt_mix, start
 
 
 def memory_and_load() -> dict:
@@ -67,94 +67,69 @@ def memory_and_load() -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap = parser(__doc__, target="qwen2.5-coder-1.5b", dtype="--dtype")
     ap.add_argument("--humaneval", type=int, default=10)
     ap.add_argument("--chat", type=int, default=8)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
-    from omnidraft.prompts import CHAT_PROMPTS, humaneval
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
 
-    set_threads(args.threads)
-    test = [(p, False) for p in humaneval(limit=args.humaneval)] + \
-        [(p, True) for p in CHAT_PROMPTS[: args.chat]]
-    warm = [(p, False) for p in humaneval(limit=args.humaneval, start=100)] + \
-        [(p, True) for p in CHAT_PROMPTS[args.chat: args.chat * 2]]
-    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
-    drafter = load_model(args.drafter, dtype=args.dtype)
-    target = load_model(args.target, dtype=args.dtype)
+    log = logger()
+    start(args.threads)
+    test = prompt_mix(args.humaneval, args.chat)
+    warm = prompt_mix(args.humaneval, args.chat, code_start=100, chat_start=args.chat)
+    models = load_models(args.drafter, args.target, drafter_dtype=args.dtype, target_dtype=args.dtype)
     report = stamp_report(drafter=args.drafter, target=args.target, dtype=args.dtype, k=args.k,
                           max_new_tokens=args.max_new_tokens, test_prompts=[p for p, _ in test],
                           warmup_prompts=[p for p, _ in warm], memory=memory_and_load(), rows=[])
-    print(json.dumps(report["memory"]), file=sys.stderr)
+    log(json.dumps(report["memory"]))
 
     def run(name, pair, learn, prompts=test):
         cfg = SpecConfig("omnidraft", k=args.k, learn_ngrams=learn)
-        tokens = wall = proposed = accepted = steps = ngram = 0
+        t = Tally()
         for p, chat in prompts:
-            m = generate_speculative(drafter, target, pair, p, cfg=cfg, chat=chat,
-                                     max_new_tokens=args.max_new_tokens).metrics
-            tokens += m["new_tokens"]
-            wall += m["wall_s"]
-            proposed += m["proposed"]
-            accepted += m["accepted"]
-            steps += m["steps"]
-            ngram += m["ngram_proposed"]
+            t.add(generate_speculative(models.drafter, models.target, pair, p, cfg=cfg, chat=chat,
+                                       max_new_tokens=args.max_new_tokens).metrics)
         row = {"config": name, "entries": len(pair.cache), "seeded": pair.cache.seeded,
                "learned": pair.cache.learned, "evictions": pair.cache.evictions,
-               "acceptance_rate": round(accepted / max(proposed, 1), 4),
-               "ngram_hits_per_step": round(ngram / max(steps, 1), 3),
-               "tokens_per_s": round(tokens / wall, 3)}
+               "acceptance_rate": t.acceptance_rate(),
+               "ngram_hits_per_step": round(t.ngram / max(t.steps, 1), 3),
+               "tokens_per_s": t.tokens_per_s()}
         if prompts is test:
             report["rows"].append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+            log(json.dumps(row))
         return row
 
-    def pair(**kw):
-        return Pair(dtok, ttok, drafter.vocab_size, target.vocab_size, **kw)
-
-    run("no cache", pair(seed_ngrams=False), learn=False)
-    run("online only (unbounded)", pair(seed_ngrams=False, policy="unbounded", max_bytes=None), learn=True)
-    run("seeded only (unbounded)", pair(policy="unbounded", max_bytes=None), learn=False)
+    run("no cache", models.pair(seed_ngrams=False), learn=False)
+    run("online only (unbounded)", models.pair(seed_ngrams=False, policy="unbounded", max_bytes=None), learn=True)
+    run("seeded only (unbounded)", models.pair(policy="unbounded", max_bytes=None), learn=False)
     with tempfile.TemporaryDirectory() as d:
         store = Path(d) / "ngrams.sqlite"
-        warm_pair = pair(policy="lfu", max_bytes=None, max_entries=10**7, store_path=store)
+        warm_pair = models.pair(policy="lfu", max_bytes=None, max_entries=10**7, store_path=store)
         run("warm-up", warm_pair, learn=True, prompts=warm)
         warm_pair.save()
-        full = pair(policy="lfu", max_bytes=None, max_entries=10**7, store_path=store)
+        full = models.pair(policy="lfu", max_bytes=None, max_entries=10**7, store_path=store)
         size = len(full.cache)
         run("seeded + online (full)", full, learn=True)
         report["full_size"] = size
         for policy in ("lru", "lfu"):
             for frac in (4, 2):
-                bounded = pair(policy=policy, max_bytes=None, max_entries=size // frac, store_path=store)
+                bounded = models.pair(policy=policy, max_bytes=None, max_entries=size // frac, store_path=store)
                 run(f"{policy.upper()} at 1/{frac} ({size // frac} entries)", bounded, learn=True)
                 bounded.store.close()
     mem = report["memory"]
-    md = [f"# N-gram cache benchmark ({report['date'][:16]}Z)", "",
-          f"{args.drafter} -> {args.target}, {args.dtype}, omnidraft k={args.k}, greedy, "
+    md = [f"{args.drafter} -> {args.target}, {args.dtype}, omnidraft k={args.k}, greedy, "
           f"{len(test)} test prompts ({args.humaneval} HumanEval + {args.chat} chat), "
-          f"{args.max_new_tokens} new tokens; `{report['command']}`", "",
-          "| config | entries | seeded | learned | evictions | acceptance | n-gram hits/step | tokens/s |",
-          "|---|---|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        md.append(f"| {r['config']} | {r['entries']} | {r['seeded']} | {r['learned']} | {r['evictions']} | "
-                  f"{r['acceptance_rate']} | {r['ngram_hits_per_step']} | {r['tokens_per_s']} |")
+          f"{args.max_new_tokens} new tokens; `{report['command']}`", ""]
+    md += table(["config", "entries", "seeded", "learned", "evictions", "acceptance", "n-gram hits/step", "tokens/s"],
+                [[r["config"], r["entries"], r["seeded"], r["learned"], r["evictions"], r["acceptance_rate"],
+                  r["ngram_hits_per_step"], r["tokens_per_s"]] for r in report["rows"]])
     md += ["", "Memory (tracemalloc, 20k entries, bytes/entry): "
            f"LFU {mem['bytes_per_entry_20k_lfu']}, LRU {mem['bytes_per_entry_20k_lru']}, "
            f"plain dict {mem['bytes_per_entry_20k_unbounded']}. Store load of 50k entries (median "
            f"of 5): LFU {mem['load_50k_ms_lfu_median']} ms, LRU {mem['load_50k_ms_lru_median']} ms."]
-    save(args.out, "ngram-cache", report, md)
+    save(args.out, "ngram-cache", "N-gram cache benchmark", report, md)
     return 0
 
 

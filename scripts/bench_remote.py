@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import secrets
 import socket
 import statistics
@@ -19,7 +18,8 @@ import threading
 import time
 
 import torch
-from benchio import save, stamp_report
+from benchio import save, stamp_report, table
+from benchsetup import load_models, logger, parser, prompt_mix, start
 
 
 def serve(model, name, token):
@@ -39,39 +39,29 @@ def serve(model, name, token):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=2)
+    ap = parser(__doc__, target="qwen2.5-coder-1.5b", dtype="--dtype", max_new_tokens=32, prompts=4,
+                prompts_help="HumanEval prompts (and as many chat prompts)")
     ap.add_argument("--rtts", nargs="+", type=float, default=[0, 20, 80])
-    ap.add_argument("--prompts", type=int, default=4, help="HumanEval prompts (and as many chat prompts)")
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--requests", type=int, default=20)
-    ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
-    from omnidraft.prompts import CHAT_PROMPTS, humaneval
     from omnidraft.serve.remote import RemoteTarget
     from omnidraft.models.eager import CausalLM
     from omnidraft.decode.sampling import SamplingConfig
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
     from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
 
-    set_threads(args.threads)
+    start(args.threads)
+    log = logger()
     token = secrets.token_urlsafe(24)
-    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
-    drafter = load_model(args.drafter, dtype=args.dtype)
-    target = load_model(args.target, dtype=args.dtype)
+    models = load_models(args.drafter, args.target, drafter_dtype=args.dtype, target_dtype=args.dtype)
+    drafter, ttok, target = models.drafter, models.ttok, models.target
     url, server = serve(target.model, args.target, token)
-    pair = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
-    prompts = [(p, False) for p in humaneval(limit=args.prompts)] + [(p, True) for p in CHAT_PROMPTS[: args.prompts]]
+    pair = models.pair()
+    prompts = prompt_mix(args.prompts, args.prompts)
     stop = stop_ids(ttok, model_eos_ids(target))
     report = stamp_report(drafter=args.drafter, target=args.target, dtype=args.dtype, k=args.k,
                           max_new_tokens=args.max_new_tokens, network="loopback + SIMULATED round trip "
@@ -112,7 +102,7 @@ def main(argv=None) -> int:
             row = {"simulated_rtt_ms": rtt, "strategy": name, "tokens_per_s": round(tokens / wall, 3),
                    "requests_per_token": round(requests / tokens, 3), "equal_to_remote_ar": f"{equal}/{len(prompts)}"}
             report["rows"].append(row)
-            print(row, file=sys.stderr, flush=True)
+            log(str(row))
 
     # load: concurrent sessions, each checked against an in-process reference (no leaks)
     g = torch.Generator().manual_seed(0)
@@ -154,19 +144,17 @@ def main(argv=None) -> int:
                       "errors": len(errors), "error_samples": errors[:3], "cross_session_mismatches": len(leaks),
                       "wall_s": round(time.perf_counter() - t0, 2)}
     server.should_exit = True
-    md = [f"# Remote verification benchmark ({report['date'][:16]}Z)", "",
-          f"{args.drafter} on the device side -> {args.target} served by `omnidraft.serve.server` on loopback, "
+    md = [f"{args.drafter} on the device side -> {args.target} served by `omnidraft.serve.server` on loopback, "
           f"{args.dtype}, greedy, {len(prompts)} prompts x {args.max_new_tokens} tokens. Network delay is "
-          f"SIMULATED in the client transport. `{report['command']}`", "",
-          "| simulated RTT (ms) | strategy | tokens/s | requests/token | equal to remote ar |", "|---|---|---|---|---|"]
-    for r in report["rows"]:
-        md.append(f"| {r['simulated_rtt_ms']} | {r['strategy']} | {r['tokens_per_s']} | {r['requests_per_token']} | "
-                  f"{r['equal_to_remote_ar']} |")
+          f"SIMULATED in the client transport. `{report['command']}`", ""]
+    md += table(["simulated RTT (ms)", "strategy", "tokens/s", "requests/token", "equal to remote ar"],
+                [[r["simulated_rtt_ms"], r["strategy"], r["tokens_per_s"], r["requests_per_token"],
+                  r["equal_to_remote_ar"]] for r in report["rows"]])
     ld = report["load"]
     md += ["", f"Load: {ld['sessions']} concurrent sessions x {ld['requests_each']} verify requests (4-token "
            f"proposals): p50 {ld['p50_ms']} ms, p95 {ld['p95_ms']} ms, errors {ld['errors']}, cross-session "
            f"mismatches {ld['cross_session_mismatches']}."]
-    save(args.out, "remote", report, md)
+    save(args.out, "remote", "Remote verification benchmark", report, md)
     return 0
 
 

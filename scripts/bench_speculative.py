@@ -9,13 +9,13 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
 import torch
-from benchio import save, stamp_report
+from benchio import save, stamp_report, table
+from benchsetup import Models, load, logger, parser, start
 
 
 NEAR_TIE = 0.25  # logits; bf16 keeps ~3 significant digits, so logits ~20 round by ~0.1
@@ -75,17 +75,13 @@ def aggregate(runs: list[dict], ar_runs: list[dict] | None) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
+    ap = parser(__doc__, target=None, dtype="--dtype", k=False)
     ap.add_argument("--targets", nargs="+", default=["qwen2.5-coder-1.5b"])
     ap.add_argument("--ks", nargs="*", type=int, default=[3, 4, 5])
     ap.add_argument("--strategies", nargs="+", default=["tli", "omnidraft"],
                     help="speculative strategies (tli omnidraft slem dtw), each at every k")
-    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--humaneval", type=int, default=10, help="number of HumanEval prompts")
     ap.add_argument("--chat", type=int, default=16, help="number of chat prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers assisted baseline")
     ap.add_argument("--confidence", type=float, default=0.4, help="also run rows that stop drafting "
                     "below this drafter probability (0 to skip); HF assisted uses 0.4")
@@ -94,21 +90,17 @@ def main(argv=None) -> int:
                     help="also run each strategy at each k with the drafter as this exported program "
                          "(fp32, 8da8w, 8da4w; `omnidraft export` first)")
     ap.add_argument("--max-seq", type=int, default=1024, help="the exported program's cache length")
-    ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
 
     from omnidraft.decode.generate import generate_ar, generate_speculative
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
     from omnidraft.prompts import CHAT_PROMPTS, humaneval
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
 
-    set_threads(args.threads)
+    start(args.threads)
     sets = {"humaneval": (humaneval(limit=args.humaneval), False),
             "chat": (CHAT_PROMPTS[: args.chat], True)}
-    dtok = load_tokenizer(args.drafter)
-    drafter = load_model(args.drafter, dtype=args.dtype)
+    dtok, drafter = load(args.drafter, args.dtype)
     drafters = {"eager": drafter}
     if args.executorch:
         from omnidraft.device.runtime import ExecuTorchLM
@@ -120,10 +112,11 @@ def main(argv=None) -> int:
                           max_new_tokens=args.max_new_tokens, greedy=True,
                           prompts={k: v[0] for k, v in sets.items()}, results=[])
     for tname in args.targets:
-        ttok = load_tokenizer(tname)
-        target = load_model(tname, dtype=args.dtype)
+        models = Models(dtok, drafter, *load(tname, args.dtype))
+        ttok, target = models.ttok, models.target
         stop = stop_ids(ttok, model_eos_ids(target))
         for set_name, (prompts, chat) in sets.items():
+            log = logger(f"{tname} {set_name}")
             # Interleaved: each prompt runs every configuration back to back, so load drift on a
             # shared machine hits all rows alike. Each speculative row keeps its own n-gram cache.
             configs = [("ar", None, None, None)]
@@ -131,8 +124,7 @@ def main(argv=None) -> int:
             configs += [(s, args.confidence_k, args.confidence, "eager") for s in args.strategies if args.confidence]
             if not args.no_hf:
                 configs.append(("hf", None, None, None))
-            pairs = {c: Pair(dtok, ttok, drafter.vocab_size, target.vocab_size) for c in configs
-                     if c[0] not in ("ar", "hf")}
+            pairs = {c: models.pair() for c in configs if c[0] not in ("ar", "hf")}
             runs: dict[tuple, list[dict]] = {c: [] for c in configs}
             for n, p in enumerate(prompts):
                 pids = encode_prompt(ttok, p, chat=chat)
@@ -156,7 +148,7 @@ def main(argv=None) -> int:
                 ref = runs[configs[0]][-1]["token_ids"]
                 for c in configs[1:]:
                     runs[c][-1]["divergence"] = first_divergence(target, pids, ref, runs[c][-1]["token_ids"])
-                print(f"[{tname} {set_name}] prompt {n + 1}/{len(prompts)} done", file=sys.stderr, flush=True)
+                log(f"prompt {n + 1}/{len(prompts)} done")
             ar_runs = runs[configs[0]]
             for c in configs:
                 strategy, k, conf, rt = c
@@ -171,27 +163,24 @@ def main(argv=None) -> int:
                                k=k if conf is None else f"<={k}", ngram_cache_entries=len(pairs[c].cache),
                                ngram_learned=pairs[c].cache.learned)
                 report["results"].append({"target": tname, "set": set_name, **row})
-                print(f"[{tname} {set_name}] {row['strategy']} k={row['k']}: {row['tokens_per_s']} tok/s, "
-                      f"acc {row['acceptance_rate']}, x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}",
-                      file=sys.stderr, flush=True)
-        del target
-    md = [f"# Speculative decoding benchmark ({report['date'][:16]}Z)", "",
-          f"drafter {args.drafter}, {args.dtype}, {args.threads} threads, greedy, "
-          f"{args.max_new_tokens} new tokens per prompt; `{report['command']}`", "",
-          "| target | prompts | strategy | k | tokens/s | speedup vs ar | acceptance | accepted/step "
-          "| n-gram hits/step | translate ms (median) | translate share | greedy == ar |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                log(f"{row['strategy']} k={row['k']}: {row['tokens_per_s']} tok/s, "
+                    f"acc {row['acceptance_rate']}, x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}")
+        del target, models
+    md = [f"drafter {args.drafter}, {args.dtype}, {args.threads} threads, greedy, "
+          f"{args.max_new_tokens} new tokens per prompt; `{report['command']}`", ""]
+    rows = []
     for r in report["results"]:
         c = {key: ("" if r.get(key) is None else r[key]) for key in r}
-        md.append(f"| {r['target']} | {r['set']} ({r['prompts']}) | {r['strategy']} | {c['k']} | "
-                  f"{r['tokens_per_s']} | {r.get('speedup_vs_ar')} | {c['acceptance_rate']} | "
-                  f"{c['mean_accepted_per_step']} | {c['ngram_hits_per_step']} | "
-                  f"{c['translate_ms_median']} | {c['translate_share_median']} | "
-                  f"{'' if r['equal_to_ar'] is None else str(r['equal_to_ar']) + '/' + str(r['prompts'])} |")
+        rows.append([r["target"], f"{r['set']} ({r['prompts']})", r["strategy"], c["k"], r["tokens_per_s"],
+                     r.get("speedup_vs_ar"), c["acceptance_rate"], c["mean_accepted_per_step"],
+                     c["ngram_hits_per_step"], c["translate_ms_median"], c["translate_share_median"],
+                     "" if r["equal_to_ar"] is None else f"{r['equal_to_ar']}/{r['prompts']}"])
+    md += table(["target", "prompts", "strategy", "k", "tokens/s", "speedup vs ar", "acceptance", "accepted/step",
+                 "n-gram hits/step", "translate ms (median)", "translate share", "greedy == ar"], rows)
     gaps = [d["top2_gap"] for r in report["results"] for d in r.get("divergences") or []]
     md += ["", f"Outputs that differ from ar: {len(gaps)}; top-2 logit gap of the target at the first "
            f"divergence: {sorted(gaps)} (a near-tie when at most {NEAR_TIE} in {args.dtype}: one rounding step for logits in 32..64)."]
-    save(args.out, "speculative", report, md)
+    save(args.out, "speculative", "Speculative decoding benchmark", report, md)
     return 0
 
 

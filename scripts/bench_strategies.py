@@ -14,56 +14,41 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 from bench_speculative import NEAR_TIE, aggregate, first_divergence
-from benchio import save, stamp_report, training_records
+from bench_specvocab import hidden_states, specvocab_lm
+from benchio import save, stamp_report, table, training_records
+from benchsetup import load_models, logger, parser, start
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--drafter", default="smollm2-135m")
-    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"], help="target dtype")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompts", type=int, default=10)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--k", type=int, default=4)
+    ap = parser(__doc__, dtype="--dtype", dtype_help="target dtype", prompts=10)
     ap.add_argument("--gamma", type=float, default=0.5)
     ap.add_argument("--max-k", type=int, default=8)
     ap.add_argument("--head-records", type=int, default=120)
     ap.add_argument("--head-epochs", type=int, default=3)
     ap.add_argument("--k-vocab", type=int, default=2048)
     ap.add_argument("--ranker-steps", type=int, default=300)
-    ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
-
-    import torch
 
     from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.train.head_trainer import HeadTrainer
-    from omnidraft.models.loading import load_model, load_tokenizer, set_threads
-    from omnidraft.translate.state import Pair
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
-    from omnidraft.decode.loop import SpecConfig
-    from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM, pretrain_ranker
+    from omnidraft.propose.config import SpecConfig
+    from omnidraft.models.specvocab import SpecVocabHead, pretrain_ranker
     from omnidraft.decode.text import encode_prompt
 
-    def log(msg):
-        print(f"[strategies] {msg}", file=sys.stderr, flush=True)
-
-    set_threads(args.threads)
-    torch.manual_seed(0)
+    log = logger("strategies")
+    start(args.threads, seed=0)
     problems = humaneval()
     test = problems[len(problems) - args.prompts:]
-    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
-    drafter = load_model(args.drafter, dtype="fp32")
-    target = load_model(args.target, dtype=args.dtype)
-    pair0 = Pair(dtok, ttok, drafter.vocab_size, target.vocab_size)
+    models = load_models(args.drafter, args.target, drafter_dtype="fp32", target_dtype=args.dtype)
+    ttok, drafter, target = models.ttok, models.drafter, models.target
+    pair0 = models.pair()
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.dtype,
                           k=args.k, gamma=args.gamma, max_k=args.max_k, k_vocab=args.k_vocab,
                           max_new_tokens=args.max_new_tokens, test_prompts=test, results=[])
@@ -73,7 +58,7 @@ def main(argv=None) -> int:
     records = training_records(drafter, target, pair0, problems[: args.head_records],
                                drafter_name=args.drafter, target_name=args.target, target_dtype=args.dtype,
                                k=4, max_new_tokens=48)  # the online benchmark's records when present
-    hcfg = HeadConfig(gamma=args.gamma, max_k=args.max_k, labels="greedy")
+    hcfg = HeadConfig(labels="greedy")
     trainer = HeadTrainer(AcceptanceHead(drafter.config.hidden_size, hcfg.width), drafter.model, hcfg)
     hist = trainer.fit(records, args.head_epochs)
     head = trainer.head.eval()
@@ -85,13 +70,10 @@ def main(argv=None) -> int:
     # the SpecVocab ranking: offline on drafter hidden states of HumanEval problems before the test
     t0 = time.perf_counter()
     W = drafter.model.get_output_embeddings().weight  # [V, H]
-    with torch.inference_mode():
-        hidden = torch.cat([drafter.model.model(input_ids=torch.tensor([dtok(p)["input_ids"]])).last_hidden_state[0]
-                            for p in problems[: len(problems) - args.prompts][:100]])  # [N, H]
+    hidden = hidden_states(drafter.model, models.dtok, problems[: len(problems) - args.prompts][:100])  # [N, H]
     ranker = SpecVocabHead(W)
     losses = pretrain_ranker(ranker, W, hidden, steps=args.ranker_steps)
-    sv = SpecVocabLM(drafter.model, k=args.k_vocab)
-    sv.ranker.load_state_dict(ranker.state_dict())
+    sv = specvocab_lm(drafter.model, args.k_vocab, ranker)
     report["ranker_training"] = {"steps": args.ranker_steps, "rows": int(hidden.shape[0]),
                                  "kl_first": round(losses[0], 3), "kl_last": round(losses[-1], 3),
                                  "seconds": round(time.perf_counter() - t0, 1)}
@@ -108,7 +90,7 @@ def main(argv=None) -> int:
             (f"omnidraft + adaptive (gamma {args.gamma}, k <= {args.max_k})", drafter,
              SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma), head),
             (f"omnidraft + SpecVocab (k_vocab {args.k_vocab})", sv_lm, fixed("omnidraft"), None)]
-    pairs = {name: Pair(dtok, ttok, drafter.vocab_size, target.vocab_size) for name, *_ in rows[1:]}
+    pairs = {name: models.pair() for name, *_ in rows[1:]}
     runs = {name: [] for name, *_ in rows}
     for n, p in enumerate(test):
         pids = encode_prompt(ttok, p, chat=False)
@@ -135,23 +117,22 @@ def main(argv=None) -> int:
                                             if lm is not None else None)
         report["results"].append(row)
         log(f"{name}: {row['tokens_per_s']} tok/s, acc {row['acceptance_rate']}, x{row['speedup_vs_ar']}")
-    md = [f"# All strategies, one run ({report['date'][:16]}Z)", "",
-          f"{args.drafter} (fp32) -> {args.target} ({args.dtype}), {args.threads} threads, greedy, "
+    md = [f"{args.drafter} (fp32) -> {args.target} ({args.dtype}), {args.threads} threads, greedy, "
           f"{len(test)} held-out HumanEval prompts (the last {len(test)}), {args.max_new_tokens} new "
           f"tokens, k = {args.k}; rows interleaved per prompt. `{report['command']}`", "",
           f"Acceptance head: offline on {len(records)} training-stream records x {args.head_epochs} epochs; "
-          f"SpecVocab ranking: {args.ranker_steps} offline distillation steps.", "",
-          "| strategy | acceptance | accepted/step | drafter forwards/step | tokens/s | speedup vs ar | greedy == ar |",
-          "|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        eq = "" if r["equal_to_ar"] is None else f"{r['equal_to_ar']}/{r['prompts']}"
-        md.append(f"| {r['strategy']} | {r['acceptance_rate'] or ''} | {r['mean_accepted_per_step'] or ''} | "
-                  f"{r['drafter_forwards_per_step'] or ''} | {r['tokens_per_s']} | {r['speedup_vs_ar']}x | {eq} |")
+          f"SpecVocab ranking: {args.ranker_steps} offline distillation steps.", ""]
+    md += table(["strategy", "acceptance", "accepted/step", "drafter forwards/step", "tokens/s", "speedup vs ar",
+                 "greedy == ar"],
+                [[r["strategy"], r["acceptance_rate"] or "", r["mean_accepted_per_step"] or "",
+                  r["drafter_forwards_per_step"] or "", r["tokens_per_s"], f"{r['speedup_vs_ar']}x",
+                  "" if r["equal_to_ar"] is None else f"{r['equal_to_ar']}/{r['prompts']}"]
+                 for r in report["results"]])
     gaps = [(r["strategy"], d["index"], d["top2_gap"]) for r in report["results"] for d in r.get("divergences") or []]
     md += ["", f"Outputs that differ from ar: {len(gaps)}. At each first divergence, the target's top-2 "
            f"logit gap (a near-tie when below {NEAR_TIE} in {args.dtype}): "
            + (", ".join(f"{s} @{i}: {g}" for s, i, g in gaps) or "none")]
-    save(args.out, "strategies", report, md)
+    save(args.out, "strategies", "All strategies, one run", report, md)
     return 0
 
 

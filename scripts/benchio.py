@@ -1,4 +1,10 @@
-"""Shared by the benchmark scripts: where results go and how they are written."""
+"""Shared by the benchmark scripts: what a report holds and where it is written.
+
+Knows the fields every report carries, the sums of generation metrics a report row is made
+from, the markdown tables, the JSON + markdown files under --out, and the on-disk training
+records shared by the training benchmarks. Does not know a benchmark's options, models or rows
+(benchsetup.py and the scripts).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import datetime as dt
 import json
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -23,8 +30,44 @@ def stamp_report(**fields) -> dict:
             **fields}
 
 
-def save(out: str | Path, name: str, report: dict, md: list[str]) -> Path:
-    """Write <out>/<name>-<stamp>.json and .md, print the markdown; returns the path stem."""
+@dataclass
+class Tally:
+    """Sums of generation metrics over the prompts of one row; ``equal``: outputs equal to a reference."""
+
+    tokens: int = 0
+    wall: float = 0.0
+    proposed: int = 0
+    accepted: int = 0
+    steps: int = 0
+    ngram: int = 0
+    equal: int = 0
+
+    def add(self, metrics: dict, equal: bool = False) -> None:
+        self.tokens += metrics["new_tokens"]
+        self.wall += metrics["wall_s"]
+        self.proposed += metrics["proposed"]
+        self.accepted += metrics["accepted"]
+        self.steps += metrics["steps"]
+        self.ngram += metrics["ngram_proposed"]
+        self.equal += int(equal)
+
+    def acceptance_rate(self) -> float:
+        return round(self.accepted / max(self.proposed, 1), 4)
+
+    def tokens_per_s(self) -> float:
+        return round(self.tokens / self.wall, 3)
+
+
+def table(header: list[str], rows) -> list[str]:
+    """A markdown table: the header, its rule, then one line per row of cells."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def save(out: str | Path, name: str, title: str, report: dict, md: list[str]) -> Path:
+    """Write <out>/<name>-<stamp>.json and .md (headed "# <title> (<report date>Z)"), print the
+    markdown; returns the path stem."""
+    md = [f"# {title} ({report['date'][:16]}Z)", "", *md]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M')}"
@@ -55,7 +98,7 @@ def training_records(drafter, target, pair, prompts: list[str], *, drafter_name:
 
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.train.records import Record
-    from omnidraft.decode.loop import SpecConfig
+    from omnidraft.propose.config import SpecConfig
 
     rdir = records_dir(drafter_name, target_name, target_dtype, k, max_new_tokens, stream)
     seeded = copy.deepcopy(pair.cache)

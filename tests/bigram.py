@@ -5,8 +5,7 @@ one forward over a 150k vocabulary costs a few hundred microseconds and the exac
 any continuation is known in closed form: thousands of generations fit in a unit test. ``favour``
 puts most of the mass on a few chosen ids with a shared preference order, so a drafter and a
 target built with the same strings agree often enough to exercise acceptance, bonus and
-correction tokens at every draft position. It implements the LM interface the decode loop uses
-(extend / rollback / truncate / prefill / sync / fork); it has no KV cache to hold.
+correction tokens at every draft position. It implements the LM protocol (models/lm.py) and ``fork``; it has no KV cache to hold.
 """
 
 from __future__ import annotations
@@ -15,10 +14,13 @@ import math
 
 import torch
 
-from omnidraft.models.eager import Forward, sync_prefix
+from omnidraft.models import lm as lm_ops
+from omnidraft.models.lm import Forward
 
 
 class BigramLM:
+    scores_accept = False
+
     def __init__(self, vocab: int, favour: dict[int, float], *, seed: int, noise: float = 0.8,
                  rest_mass: float = 0.02, max_length: int = 1024, name: str = "bigram"):
         """``favour``: id -> preference (added to the logit); the favoured ids together get
@@ -71,17 +73,18 @@ class BigramLM:
     def reset(self) -> None:
         self.tokens = []
 
+    def input_embeddings(self) -> None:
+        return None
+
     def rollback(self, n: int) -> None:
-        if n < 0 or n > self.length:
-            raise ValueError(f"cannot roll back {n} tokens from {self.length}")
+        lm_ops.check_rollback(n, self.length)
         del self.tokens[len(self.tokens) - n:]
 
     def truncate(self, length: int) -> None:
         self.rollback(self.length - length)
 
     def prefill(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        self.reset()
-        return self.extend(ids, last_only=True)
+        return lm_ops.prefill(self, ids)
 
     def sync(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        return sync_prefix(self, ids)
+        return lm_ops.sync(self, ids)

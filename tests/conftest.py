@@ -94,10 +94,26 @@ def save_tiny(model, tok, path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def cross(smollm_tok, qwen_tok):
-    """SmolLM2-tokenizer tiny llama drafter -> Qwen2.5-tokenizer tiny qwen2 target, and their Pair."""
-    from omnidraft.translate.state import Pair
+    """SmolLM2-tokenizer tiny llama drafter -> Qwen2.5-tokenizer tiny qwen2 target, and their PairState."""
+    from omnidraft.translate.state import PairState
     from omnidraft.models.eager import CausalLM
 
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2))
-    return d, t, Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    return d, t, PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+
+
+def recorded_pair(smollm_tok, qwen_tok, prompts: list[str]):
+    """(drafter, target, PairState, one training record per prompt): tiny SmolLM2-tokenizer llama
+    -> tiny Qwen2.5-tokenizer qwen2, omnidraft k=4, 40 new tokens, top-64 rows recorded."""
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.propose.config import SpecConfig
+    from omnidraft.translate.state import PairState
+
+    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=11))
+    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=12))
+    pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    records = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=40,
+                                    record_topk=64).record for p in prompts]
+    return d, t, pair, records

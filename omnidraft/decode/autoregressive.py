@@ -1,7 +1,7 @@
 """Strategy `ar`: the target decodes alone, one token per forward. The reference every other
 strategy must reproduce (greedy) and beat (tokens/s).
 
-Knows a CausalLM and a sampler; nothing about drafters or vocabularies.
+Knows an LM and a sampler; nothing about drafters or vocabularies.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import time
 from typing import Iterator
 
 from omnidraft.decode.metrics import Metrics
-from omnidraft.models.eager import CausalLM
+from omnidraft.models.lm import LM
 from omnidraft.decode.sampling import SamplingConfig, next_token
 
 
-def decode_ar(target: CausalLM, prompt_ids: list[int], *, max_new_tokens: int,
+def decode_ar(target: LM, prompt_ids: list[int], *, max_new_tokens: int,
               sampling: SamplingConfig, stop: set[int], metrics: Metrics) -> Iterator[list[int]]:
     """Yield each new token (as a one-item list) until a stop id or ``max_new_tokens``."""
     gen = sampling.generator("ar")

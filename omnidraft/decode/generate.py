@@ -1,7 +1,7 @@
 """Generation front door: encode the prompt, run one decoding strategy, stream the text.
 
-Knows how strategies are called and how text is streamed; strategy internals live in their
-own modules (autoregressive.py, speculative.py).
+Knows how strategies are called and how text is streamed; the decode loops live in
+decode/autoregressive.py and decode/loop.py, the strategies' proposers in propose/.
 """
 
 from __future__ import annotations
@@ -12,13 +12,19 @@ from typing import Callable, Generator, Iterator
 import torch
 
 from omnidraft.decode.autoregressive import decode_ar
-from omnidraft.errors import OmniDraftError
+from omnidraft.decode.loop import decode
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.ownership import own
-from omnidraft.models.eager import CausalLM
 from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import Detokenizer, encode_prompt, model_eos_ids, stop_ids
+from omnidraft.errors import OmniDraftError
+from omnidraft.models.lm import LM
+from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.registry import get
+from omnidraft.train.records import build_record
+from omnidraft.translate.reverse import DraftContext
 
 
 @dataclass
@@ -56,7 +62,7 @@ def stream(token_chunks: Iterator[list[int]], detok: Detokenizer, sink: list[int
             yield piece
 
 
-def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128,
+def generate_ar(target: LM, tok, prompt: str, *, max_new_tokens: int = 128,
                 sampling: SamplingConfig = SamplingConfig(), chat: bool = False,
                 on_text: Callable[[str], None] | None = None) -> Result:
     """Plain autoregressive generation with the target alone (strategy `ar`)."""
@@ -76,23 +82,23 @@ def generate_ar(target: CausalLM, tok, prompt: str, *, max_new_tokens: int = 128
     return Result(text=text, token_ids=ids, metrics=summary, raw=metrics)
 
 
-def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
+def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,
                          max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                          verify_mode: str | None = None, chat: bool = False,
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
                          head=None) -> Result:
-    """Cross-vocabulary speculative generation (strategies `tli`, `omnidraft`; `ar` delegates).
+    """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar).
 
-    ``target``: a model (CausalLM or any LM: verified in-process by a LocalTarget) or any Target
-    (e.g. remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also
-    builds the training record.
-    ``verify_mode`` (sampling only): rejection | point-mass; default: the strategy's lossless
-    mode (modes.py). A RemoteTarget carries its own mode.
+    ``target``: a model (any LM: verified in-process by a LocalTarget) or any Target (e.g.
+    serve.remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also
+    builds the training record. ``verify_mode`` (sampling only): rejection | point-mass;
+    default: the strategy's lossless mode (modes.py). A RemoteTarget carries its own mode.
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
     """
-    if cfg.strategy == "ar":
+    if not get(cfg.strategy).speculative:
         if hasattr(target, "verify"):
-            raise OmniDraftError("strategy 'ar' runs the target in-process", "pass a local target model")
+            raise OmniDraftError(f"strategy {cfg.strategy!r} runs the target in-process",
+                                 "pass a local target model")
         return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
                            sampling=sampling, chat=chat, on_text=on_text)
     pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
@@ -107,7 +113,7 @@ def generate_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
             on_text(piece)
 
 
-def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
+def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,
                        max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                        verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
                        head=None) -> Generator[str, None, Result]:
@@ -116,10 +122,6 @@ def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
 
     Each call runs on its own state: in-process models are forked (own KV cache, shared
     weights); a drafter program or a target session in use by another generation is an error."""
-    from omnidraft.translate.reverse import DraftContext
-    from omnidraft.decode.loop import Drafter, decode_speculative
-    from omnidraft.decode.target import LocalTarget
-
     check_verify_mode(verify_mode)
     local = not hasattr(target, "verify")  # a model (LM) to verify in-process, else a Target
     if local:
@@ -130,26 +132,27 @@ def stream_speculative(drafter: CausalLM, target, pair, prompt: str, *, cfg,
     lossless = is_lossless(cfg.strategy, verify_mode, sampling)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
+    metrics = Metrics(cfg.strategy)
+    ids: list[int] = []
+    rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     with own(drafter, "drafter") as dlm, own(target, "target") as tgt:
         verifier = LocalTarget(tgt, sampling, verify_mode, record_topk) if local else tgt
         budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
-        translator = pair.translator(cfg.strategy)
-        restrict = translator.direct_mask if cfg.strategy == "tli" else None
-        metrics = Metrics(cfg.strategy)
-        ids: list[int] = []
-        rows: list | None = [] if record_topk else None
+        proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
-        chunks = decode_speculative(
-            Drafter(dlm, sampling, restrict, head), verifier,
-            translator, ctx, target_ids, cfg=cfg,
-            max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids),
-            metrics=metrics, cache=translator.cache, rows_out=rows)
-        yield from stream(chunks, Detokenizer(pair.target_tok, target_ids), ids)
+        detok = Detokenizer(pair.target_tok, target_ids)
+        for rnd in decode(proposer, verifier, ctx, target_ids, k=cfg.k, max_new_tokens=budget,
+                          stop=stop_ids(pair.target_tok, verifier.eos_ids)):
+            metrics.add(rnd)
+            if record_topk and rnd.rows is not None:
+                rows.append(rnd.rows)
+            ids.extend(rnd.committed)
+            piece = detok.push(rnd.committed)
+            if piece:
+                yield piece
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
     record = None
     if rows:
-        from omnidraft.train.records import build_record
-
         record = build_record(pair.vmap, draft_ids, ctx.gen_ids, ctx.tail, ids,
                               torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows]))
     summary = {**metrics.summary(), "verify": None if sampling.greedy else verify_mode, "lossless": lossless}

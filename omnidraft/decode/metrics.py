@@ -1,12 +1,17 @@
 """Per-run decoding metrics: what every strategy counts, and the derived rates.
 
-Plain counters filled by the decode loops; no timing policy beyond what the loops record.
+Plain counters folded from the decode loop's rounds (``add``) or filled by `ar`; no timing
+policy beyond what the loops record.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from omnidraft.decode.loop import Round
 
 
 @dataclass
@@ -24,6 +29,22 @@ class Metrics:
     wall_s: float = 0.0
     translate_ms: list[float] = field(default_factory=list)  # per step: map + reverse + cache update
     step_ms: list[float] = field(default_factory=list)  # per step: whole round
+
+    def add(self, r: "Round") -> None:
+        """Fold one speculative round in."""
+        prop = r.proposal
+        self.new_tokens += len(r.committed)
+        self.steps += 1
+        self.proposed += len(prop.target_ids)
+        self.accepted += r.verdict.accepted
+        self.ngram_proposed += prop.ngram_count
+        self.ngram_accepted += sum(prop.from_cache[: r.verdict.accepted])
+        self.target_forwards += 1
+        self.drafter_forwards += prop.drafter_forwards
+        self.translate_ms.append(r.translate_s * 1e3)
+        self.step_ms.append(r.round_s * 1e3)
+        self.prefill_s = r.prefill_s
+        self.wall_s = r.elapsed_s
 
     def summary(self) -> dict:
         decode_s = max(self.wall_s - self.prefill_s, 1e-9)

@@ -10,21 +10,21 @@ temperature and top-p); at temperature 0 every strategy is lossless (exact match
   available only when asked for by name.
 Against a remote target the default is ``point-mass`` for every strategy: it sends nothing but
 the proposal, where q' rows would cost up to megabytes per round.
-Knows strategy names and mode names; nothing about models.
+Knows mode names; what a strategy promises comes from the registry (propose/registry.py).
 """
 
 from __future__ import annotations
 
-from omnidraft.errors import OmniDraftError
 from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.errors import OmniDraftError
+from omnidraft.propose.registry import get
 
 VERIFY_MODES = ("rejection", "point-mass")
-EXACT_Q = frozenset({"tli", "slrs"})  # strategies whose q' is the exact proposal distribution
 
 
 def default_verify_mode(strategy: str, *, remote: bool = False) -> str:
     """The lossless mode a strategy verifies with when none is asked for."""
-    return "rejection" if strategy in EXACT_Q and not remote else "point-mass"
+    return "rejection" if get(strategy).exact_q and not remote else "point-mass"
 
 
 def check_verify_mode(mode: str | None) -> None:
@@ -34,6 +34,4 @@ def check_verify_mode(mode: str | None) -> None:
 
 def is_lossless(strategy: str, mode: str, sampling: SamplingConfig) -> bool:
     """Whether ``strategy`` verified in ``mode`` reproduces the target's distribution exactly."""
-    if strategy == "ar" or sampling.greedy or mode == "point-mass":
-        return True
-    return strategy in EXACT_Q
+    return sampling.greedy or mode == "point-mass" or get(strategy).exact_q

@@ -13,29 +13,55 @@ from typing import Protocol
 import torch
 
 from omnidraft.decode.modes import check_verify_mode
-from omnidraft.train.records import topk_rows
-from omnidraft.models.eager import CausalLM
+from omnidraft.models.lm import LM
 from omnidraft.decode.sampling import LazyProbs, SamplingConfig
 from omnidraft.decode.text import model_eos_ids
 from omnidraft.decode.verify import Verdict, verify_greedy, verify_point_mass, verify_rejection
 
 
+def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n, V] target logits -> ([n, k] ids, [n, k] probs) of the softmax (temperature 1)."""
+    p = torch.softmax(logits.float(), dim=-1)
+    probs, ids = torch.topk(p, k, dim=-1)
+    return ids, probs
+
+
 class Target(Protocol):
-    vocab_size: int
-    max_length: int
-    needs_q: bool  # rejection sampling: verify needs q' [m, V]
-    eos_ids: set[int]  # the model's own end-of-sequence ids (generation config)
-    last_rows: tuple[torch.Tensor, torch.Tensor] | None  # top-k rows of the last verify
+    """The verifying side as the decode loop sees it: in-process (LocalTarget), remote
+    (serve/remote.py) or a remote one with a local fallback."""
 
-    def start(self, prompt_ids: list[int]) -> None: ...
+    mode: str  # verification when sampling: "rejection" | "point-mass" (decode/modes.py)
 
-    def verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict: ...
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def max_length(self) -> int: ...
+
+    @property
+    def needs_q(self) -> bool:
+        """Rejection sampling: verify needs q' [m, V] with every proposal."""
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """The model's own end-of-sequence ids (generation config)."""
+
+    @property
+    def last_rows(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The top-k (ids, probs) [n+1, k] of the last verify at the committed positions, when
+        recording (None otherwise)."""
+
+    def start(self, prompt_ids: list[int]) -> None:
+        """Begin a generation after ``prompt_ids`` (the target's cache holds all but the last)."""
+
+    def verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
+        """One forward over the pending token and ``proposal``; see decode/verify.py."""
 
 
 class LocalTarget:
     """In-process target. ``q``: [m, V] proposal distributions (rejection mode), else None."""
 
-    def __init__(self, model: CausalLM, sampling: SamplingConfig, mode: str = "point-mass",
+    def __init__(self, model: LM, sampling: SamplingConfig, mode: str = "point-mass",
                  record_topk: int = 0, stream: str = "verify"):
         """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
         probabilities ([n+1, k] each) at the committed positions, for training records.
@@ -46,7 +72,6 @@ class LocalTarget:
         self.mode = mode
         self.gen = sampling.generator(stream)
         self.pending: int | None = None
-        self.forwards = 0
         self.record_topk = record_topk
         self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -69,7 +94,6 @@ class LocalTarget:
     def start(self, prompt_ids: list[int]) -> None:
         if len(prompt_ids) > 1:
             self.model.prefill(prompt_ids[:-1])
-            self.forwards += 1
         else:
             self.model.reset()
         self.pending = prompt_ids[-1]
@@ -101,7 +125,6 @@ class LocalTarget:
 
     def _verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
         logits = self.model.extend([self.pending] + list(proposal)).logits  # [m+1, V]
-        self.forwards += 1
         if self.sampling.greedy:
             verdict = verify_greedy(proposal, logits.argmax(-1).tolist())
         else:

@@ -1,23 +1,17 @@
-"""CausalLM: one Hugging Face causal LM at batch size 1 with a KV cache that extends and rolls back.
+"""CausalLM: one Hugging Face causal LM at batch size 1 with a KV cache that extends and rolls back
+(the eager runtime of the ``LM`` protocol, models/lm.py).
 
-Every decoder (plain, speculative drafter, speculative target) drives models through this
+Every decoder (plain, speculative drafter, speculative target) can drive models through this
 wrapper. It knows tensors and caches; it does not know tokenizers, sampling or strategies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers import DynamicCache
 
-
-@dataclass
-class Forward:
-    logits: torch.Tensor  # [k, V] float32, row i = next-token logits after input position i
-    hidden: torch.Tensor | None = None  # [k, H] float32, last layer (after final norm), or None
-    accept: torch.Tensor | None = None  # [1] the acceptance head's P(accept) of the greedy next
-    #                                     token, when the runtime computes it (ExecuTorch program)
+from omnidraft.models import lm as lm_ops
+from omnidraft.models.lm import Forward
 
 
 class CausalLM:
@@ -30,6 +24,8 @@ class CausalLM:
     across several extends). ``fork()`` gives another generation its own cache over the same
     weights.
     """
+
+    scores_accept = False  # an acceptance head, if any, runs outside (input_embeddings)
 
     def __init__(self, model: torch.nn.Module, name: str = ""):
         self.model = model.eval()
@@ -67,10 +63,12 @@ class CausalLM:
         self.tokens = []
         self.cache = self._new_cache()
 
+    def input_embeddings(self) -> torch.Tensor:
+        return self.model.get_input_embeddings().weight  # [V, H]
+
     def rollback(self, n: int) -> None:
         """Drop the last ``n`` tokens from the cache (0 <= n <= length)."""
-        if n < 0 or n > self.length:
-            raise ValueError(f"cannot roll back {n} tokens from a cache of {self.length}")
+        lm_ops.check_rollback(n, self.length)
         if n == 0:
             return
         if n == self.length:
@@ -117,27 +115,7 @@ class CausalLM:
         return Forward(logits=logits, hidden=hs)
 
     def prefill(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        """Reset, then run the whole prompt; returns the last position's logits [1, V]."""
-        self.reset()
-        return self.extend(ids, hidden=hidden, last_only=True)
+        return lm_ops.prefill(self, ids, hidden=hidden)
 
     def sync(self, ids: list[int], *, hidden: bool = False) -> Forward:
-        """Make the cache hold ``ids`` and return the logits [1, V] (and hidden [1, H]) after its
-        last token only.
-
-        Rolls back only to the longest common prefix with what is cached, then feeds the rest;
-        at least one token is always fed so the last position's logits exist.
-        """
-        return sync_prefix(self, ids, hidden=hidden)
-
-
-def sync_prefix(lm, ids: list[int], *, hidden: bool = False) -> Forward:
-    """``lm.sync``: roll ``lm`` (anything with tokens/truncate/extend) back to its longest common
-    prefix with ``ids`` and feed the rest, keeping at least one token to feed."""
-    if not ids:
-        raise ValueError("sync needs at least one token")
-    common, limit = 0, min(lm.length, len(ids) - 1)
-    while common < limit and lm.tokens[common] == ids[common]:
-        common += 1
-    lm.truncate(common)
-    return lm.extend(ids[common:], hidden=hidden, last_only=True)
+        return lm_ops.sync(self, ids, hidden=hidden)

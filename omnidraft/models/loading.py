@@ -57,7 +57,7 @@ def set_threads(threads: int | None) -> None:
 
 
 def load_model(ref: str, *, dtype: str = "fp32"):
-    """A ``CausalLM`` (see runtime.py) on CPU, in fp32 or bf16."""
+    """A ``CausalLM`` (see models/eager.py) on CPU, in fp32 or bf16."""
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -46,7 +46,7 @@ class SpecVocabLM(nn.Module):
     """Wraps an HF causal LM: the body runs as usual, the LM head only on ``k`` candidates.
 
     Drop-in for runtime.CausalLM (same forward keywords; ``.logits`` is [1, n, V] with -inf
-    outside each row's candidates). ``timings`` collects LM-head seconds per call.
+    outside each row's candidates).
     """
 
     def __init__(self, model: nn.Module, k: int = 2048, rank: int | None = None):
@@ -54,7 +54,6 @@ class SpecVocabLM(nn.Module):
         self.inner = model
         self.k = k
         self.ranker = SpecVocabHead(model.get_output_embeddings().weight, rank)
-        self.timings: list[float] = []
 
     @property
     def config(self):
@@ -76,9 +75,6 @@ class SpecVocabLM(nn.Module):
 
     def sparse_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[n, H] -> [n, V]: exact logits on each row's top-k ranked ids, -inf elsewhere."""
-        import time
-
-        t0 = time.perf_counter()
         W = self.inner.get_output_embeddings().weight  # [V, H]
         cand = torch.topk(self.ranker(hidden), min(self.k, W.shape[0]), dim=-1, sorted=False).indices  # [n, k]
         if hidden.shape[0] <= 8:  # decode: a matrix-vector product per row on the gathered rows
@@ -87,7 +83,6 @@ class SpecVocabLM(nn.Module):
             exact = torch.einsum("nh,nkh->nk", hidden, W[cand])  # [n, k]
         out = torch.full((hidden.shape[0], W.shape[0]), float("-inf"), dtype=exact.dtype)
         out.scatter_(1, cand, exact)
-        self.timings.append(time.perf_counter() - t0)
         return out
 
     def forward(self, input_ids=None, position_ids=None, past_key_values=None, use_cache=True,
@@ -125,17 +120,3 @@ def pretrain_ranker(ranker: SpecVocabHead, lm_head_weight: torch.Tensor, hidden:
         if progress and step % 20 == 19:
             progress(f"ranker step {step + 1}/{steps}: KL {losses[-1]:.3f}")
     return losses
-
-
-def full_head_seconds(model: nn.Module, hidden: torch.Tensor, repeats: int = 20) -> float:
-    """Median seconds of the full LM head on ``hidden`` [n, H] (for the benchmark)."""
-    import time
-
-    W = model.get_output_embeddings().weight
-    times = []
-    with torch.inference_mode():
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            hidden @ W.T
-            times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json
 from omnidraft.home import subdir
 
 DEFAULT_DRAFTER = "smollm2-135m"
@@ -54,20 +54,13 @@ class PairSpec:
     def remote(self) -> bool:
         return self.target.startswith(("http://", "https://"))
 
-    @property
-    def tokenizer_source(self) -> str:
-        return self.target_tokenizer or self.target
-
 
 def pair_dir(name: str) -> Path:
     return subdir("pairs", name)
 
 
 def save_spec(spec: PairSpec) -> None:
-    path = pair_dir(spec.name) / "pair.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(spec), indent=1))
-    os.replace(tmp, path)
+    atomic_write_json(pair_dir(spec.name) / "pair.json", asdict(spec), indent=1)
 
 
 def load_spec(name: str) -> PairSpec:

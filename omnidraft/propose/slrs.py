@@ -7,34 +7,36 @@ token that is a prefix of d's bytes, except that when d's bytes are a proper pre
 target tokens (and d is among the ``branch`` most likely such tokens, with at most
 ``max_extensions`` of them) one more drafter token d2 is drawn and the longest target prefix of
 bytes(d) + bytes(d2) is proposed. Its probability psi(t) is computed exactly from 1 + branch
-drafter forwards (the bounded lookahead); the cost is counted in ``forwards``. Practical only for
-drafters with short tokens: every branch costs a drafter forward per proposed target token.
+drafter forwards (the bounded lookahead), which the proposal counts. Practical only for drafters
+with short tokens: every branch costs a drafter forward per proposed target token.
 
-Knows byte tables and the drafter's forward interface; nothing about verification.
+``StringDistribution`` (byte tables, built once per pair) computes psi; ``SLRSProposer`` is one
+generation's proposer over it. Knows byte tables and the drafter; nothing about verification.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import time
+from typing import Callable
 
 import numpy as np
 import torch
 
-from omnidraft.translate.reverse import DraftContext
 from omnidraft.decode.sampling import SamplingConfig, probs, sample
+from omnidraft.propose.base import DraftState
+from omnidraft.propose.drafter import Drafter
+from omnidraft.translate.proposal import Proposal
 from omnidraft.translate.vocab import VocabMap
 
 
-class SLRSProposer:
-    cache = None  # no n-gram cache
-
+class StringDistribution:
     def __init__(self, vmap: VocabMap, branch: int = 2, max_extensions: int = 512):
         self.vmap = vmap
         self.branch = branch
         self.max_extensions = max_extensions
         self.vd, self.vt = len(vmap.draft_bytes), len(vmap.target_bytes)
-        self.forwards = 0  # drafter forwards spent on psi (lookahead branches included)
         self._tables = None
 
     # ------------------------------------------------------------------ byte tables (lazy)
@@ -76,10 +78,12 @@ class SLRSProposer:
         return lo, hi
 
     # ------------------------------------------------------------------ psi
-    def distribution(self, model, logits: torch.Tensor, sampling: SamplingConfig, tail: bytes) -> torch.Tensor:
-        """psi [Vt] for the drafter state whose next-token ``logits`` [Vd] are given (``model``
-        holds that state; branches extend it by one token and roll back). ``tail``: committed
-        bytes the drafter has not consumed yet; drafter tokens must start with them."""
+    def distribution(self, lookahead: Callable[[int], torch.Tensor], logits: torch.Tensor,
+                     sampling: SamplingConfig, tail: bytes) -> torch.Tensor:
+        """psi [Vt] for the drafter state whose next-token ``logits`` [Vd] are given.
+        ``lookahead(d)``: the drafter's next-token logits [Vd] after that state plus token d (the
+        state itself unchanged). ``tail``: committed bytes the drafter has not consumed yet;
+        drafter tokens must start with them."""
         if self._tables is None:
             self._build()
         by_bytes, t_sorted, t_ids, d_order, d_sorted, maxlen, r1 = self._tables
@@ -120,10 +124,7 @@ class SLRSProposer:
             direct[d] = 0.0
         psi.index_add_(0, r1.clamp(min=0), direct)
         for d, lo, hi in branch:
-            out = model.extend([d], last_only=True)
-            self.forwards += 1
-            q2 = probs(out.logits[-1].float(), qcfg)[: self.vd]  # [Vd]
-            model.rollback(1)
+            q2 = probs(lookahead(d).float(), qcfg)[: self.vd]  # [Vd]
             r2 = torch.full((self.vd,), int(r1[d]), dtype=torch.long)  # default: bytes(d)'s own
             base = db[d]
             for i in sorted(range(lo, hi), key=lambda i: len(t_sorted[i])):  # longer ones win
@@ -135,25 +136,60 @@ class SLRSProposer:
             psi.index_add_(0, r2, q2 * float(q[d]))
         return psi
 
-    # ------------------------------------------------------------------ a k-token proposal
-    def propose(self, model, ctx: DraftContext, first_logits: torch.Tensor, k: int,
-                sampling: SamplingConfig, gen: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
-        """Up to k target tokens drawn from psi, each conditioning the drafter on the text of
-        the ones before; returns (ids, psi rows [Vt] each). ``model`` starts synced to ``ctx``."""
+
+class SLRSProposer:
+    """One generation's `slrs` proposer: target tokens drawn from psi, each conditioning the
+    drafter on the text of the ones before (q' = psi, exact)."""
+
+    def __init__(self, drafter: Drafter, dist: StringDistribution):
+        self.drafter = drafter
+        self.dist = dist
+        self.forwards = 0  # drafter forwards of the current proposal
+        self.forward_s = 0.0  # and their seconds (a proposal's translate_s excludes them)
+
+    def _forward(self, ids: list[int], sync: bool) -> torch.Tensor:
+        t0 = time.perf_counter()
+        lm = self.drafter.model
+        logits = (lm.sync(ids) if sync else lm.extend(ids, last_only=True)).logits[-1]  # [Vd]
+        self.forwards += 1
+        self.forward_s += time.perf_counter() - t0
+        return logits
+
+    def _lookahead(self, d: int) -> torch.Tensor:
+        logits = self._forward([d], sync=False)
+        self.drafter.model.rollback(1)
+        return logits
+
+    def propose(self, state: DraftState, k: int) -> Proposal:
+        """Up to k target tokens; at most one per drafter forward's worth of window room."""
+        k = min(k, self.drafter.room(len(state.ctx.ids)))
+        if k <= 0:
+            return state.empty()
+        t0 = time.perf_counter()
+        self.forwards, self.forward_s = 0, 0.0
+        sampling, vmap = self.drafter.sampling, self.dist.vmap
         ids, rows = [], []
-        logits, work = first_logits, ctx
+        work = state.ctx
+        logits = self._forward(work.ids, sync=True)
         for j in range(k):
-            psi = self.distribution(model, logits, sampling, work.tail)
+            psi = self.dist.distribution(self._lookahead, logits, sampling, work.tail)
             if float(psi.sum()) <= 0:
                 break
-            t = int(psi.argmax()) if sampling.greedy else sample(psi, gen)
+            t = int(psi.argmax()) if sampling.greedy else sample(psi, self.drafter.gen)
             ids.append(t)
             rows.append(psi)
-            if j == k - 1 or not self.vmap.target_bytes[t]:
+            if j == k - 1 or not vmap.target_bytes[t]:
                 break
             work = copy.copy(work)
             work.gen_ids = list(work.gen_ids)
             work.append_target([t])
-            logits = model.sync(work.ids).logits[-1]
-            self.forwards += 1
-        return ids, rows
+            logits = self._forward(work.ids, sync=True)
+        prop = Proposal.direct(ids)
+        if state.needs_q:
+            prop.q = torch.stack(rows) if rows else torch.zeros(0, self.dist.vt)
+        prop.drafter_forwards = self.forwards
+        prop.translate_s = time.perf_counter() - t0 - self.forward_s
+        return prop
+
+    def observe(self, state: DraftState) -> None:
+        pass

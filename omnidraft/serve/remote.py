@@ -1,6 +1,6 @@
 """The device side of a cloud target: RemoteTarget speaks the server's JSON protocol over HTTP
 (keep-alive) with timeouts and idempotent retries, and FallbackTarget continues on a local
-target when the cloud is unreachable. Both satisfy the Target protocol of target.py.
+target when the cloud is unreachable. Both satisfy the Target protocol of decode/target.py.
 
 Replies are bounded in size and checked (ids in the vocabulary, counts in range) before use.
 A server that cannot serve this generation any more (unreachable, expired session 404, 413,
@@ -60,7 +60,6 @@ class RemoteTarget:
         self.conn: http.client.HTTPConnection | None = None
         self.session: str | None = None
         self.round = 0
-        self.forwards = 0
         self._info: dict | None = None
         self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
         self.requests = 0
@@ -152,7 +151,6 @@ class RemoteTarget:
         if not isinstance(out.get("session"), str):
             raise BadReply("the target server sent an invalid session reply", "check the server version")
         self.session, self.round = out["session"], 0
-        self.forwards += 1
 
     def verify(self, proposal: list[int], q: torch.Tensor | None = None) -> Verdict:
         body: dict = {"round": self.round, "proposal": list(proposal)}
@@ -161,7 +159,6 @@ class RemoteTarget:
         out = self._call("POST", f"/v1/sessions/{self.session}/verify", body)
         verdict, rows = self._check_reply(out, len(proposal))
         self.round += 1
-        self.forwards += 1
         self.last_rows = rows
         return verdict
 
@@ -220,10 +217,6 @@ class FallbackTarget:
     @property
     def last_rows(self):
         return self.active.last_rows
-
-    @property
-    def forwards(self) -> int:
-        return self.primary.forwards + self.fallback.forwards
 
     @property
     def eos_ids(self) -> set[int]:

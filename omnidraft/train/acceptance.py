@@ -24,9 +24,6 @@ LABELS = ("ratio", "greedy")
 
 @dataclass(frozen=True)
 class HeadConfig:
-    gamma: float = 0.5  # stop once the predicted probability that some token is rejected > gamma
-    max_k: int = 8  # most drafter tokens per round
-    min_k: int = 1  # fewest drafter tokens per round
     width: int = 256  # ResBlock width
     mismatch_weight: float = 6.0  # BCE weight of the reject class (SpecDec++)
     labels: str = "ratio"  # ratio: min(1, p/q) (sampling) | greedy: 1[argmax q == y]
@@ -38,8 +35,6 @@ class HeadConfig:
 
     def __post_init__(self):
         checks = [
-            (0.0 < self.gamma < 1.0, "gamma", "in (0, 1)"),
-            (1 <= self.min_k <= self.max_k <= 32, "min_k/max_k", "1 <= min_k <= max_k <= 32"),
             (self.width >= 8, "width", ">= 8"),
             (self.mismatch_weight > 0, "mismatch_weight", "> 0"),
             (self.labels in LABELS, "labels", f"one of {LABELS}"),
@@ -51,7 +46,7 @@ class HeadConfig:
         for ok, name, want in checks:
             if not ok:
                 raise OmniDraftError(f"HeadConfig.{name} must be {want}, got "
-                                     f"{getattr(self, name.split('/')[0])!r}")
+                                     f"{getattr(self, name)!r}")
 
 
 class AcceptanceHead(nn.Module):
@@ -90,24 +85,6 @@ class AcceptanceHead(nn.Module):
         head = cls(state["inp.weight"].shape[1] // 2, state["inp.weight"].shape[0])
         head.load_state_dict(state)  # logit_shift included
         return head.eval()
-
-
-class StopRule:
-    """Adaptive stopping over one draft: after each token with predicted acceptance P_i, stop
-    once 1 - prod_i P_i > gamma (never before min_k tokens; always at max_k)."""
-
-    def __init__(self, gamma: float, min_k: int, max_k: int):
-        self.gamma, self.min_k, self.max_k = gamma, min_k, max_k
-        self.reset()
-
-    def reset(self) -> None:
-        self.prod, self.n = 1.0, 0
-
-    def update(self, p_accept: float) -> bool:
-        """Count one drafted token; True if drafting should stop after it."""
-        self.prod *= p_accept
-        self.n += 1
-        return self.n >= self.max_k or (self.n >= self.min_k and 1.0 - self.prod > self.gamma)
 
 
 def weighted_bce(logits: torch.Tensor, labels: torch.Tensor, mismatch_weight: float) -> torch.Tensor:

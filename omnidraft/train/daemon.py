@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json
 from omnidraft.home import subdir
 
 
@@ -24,10 +25,7 @@ def _dir() -> Path:
 
 
 def _write_status(**fields) -> None:
-    path = _dir() / "status.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "time": time.time(), **fields}))
-    os.replace(tmp, path)
+    atomic_write_json(_dir() / "status.json", {"pid": os.getpid(), "time": time.time(), **fields})
 
 
 def _alive(pid: int) -> bool:

@@ -20,14 +20,10 @@ import torch
 from omnidraft.train.acceptance import AcceptanceHead, HeadConfig, acceptance_labels, weighted_bce
 from omnidraft.errors import OmniDraftError
 from omnidraft.train.records import Record
-from omnidraft.train.trainer import OnlineTrainer, padded_batch
+from omnidraft.train.trainer import OnlineTrainer, base_model, padded_batch
 
 MODES = ("joint", "interleaved", "adapt")
 _CHUNK = 256  # LM-head rows per chunk when scoring a batch (bounds the [rows, V] logits)
-
-
-def _base(model):
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 @torch.no_grad()
@@ -36,7 +32,7 @@ def head_batch(model, records: list[Record], mode: str, max_tokens: int = 256
     """Head inputs and labels for ``records`` under the drafter ``model`` (HF causal LM, maybe
     peft-wrapped). Returns hidden [N, H] (the state that produced each labelled token), emb
     [N, H] (that token's input embedding), labels [N]."""
-    base = _base(model)
+    base = base_model(model)
     recs, ids, mask = padded_batch(records, max_tokens)
     was_training = model.training
     model.eval()

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from omnidraft.translate.ngram import aligned_segments
+from omnidraft.translate.align import aligned_segments
 from omnidraft.translate.vocab import VocabMap
 
 FORMAT = "omnidraft-record/1"
@@ -59,13 +59,6 @@ class Record:
         if meta.get("format") != FORMAT:
             raise ValueError(f"not an OmniDraft training record (format {meta.get('format')!r})")
         return cls(gen_start=int(meta["gen_start"]), **st_load(data))
-
-
-def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n, V] target logits -> ([n, k] ids, [n, k] probs) of the softmax (temperature 1)."""
-    p = torch.softmax(logits.float(), dim=-1)
-    probs, ids = torch.topk(p, k, dim=-1)
-    return ids, probs
 
 
 def build_record(vmap: VocabMap, draft_prompt: list[int], draft_gen: list[int], tail: bytes,
@@ -119,8 +112,7 @@ def build_record(vmap: VocabMap, draft_prompt: list[int], draft_gen: list[int], 
         ngram_first[dp[0]] = True
         ngram_len[dp[0]] = len(dp)
         ngram_row[dp[0]] = row(j)
-        first = int(vmap.d2t[dseg[0]]) if dseg[0] < len(vmap.d2t) else -1
-        ngram_first_direct[dp[0]] = dseg[0] if first >= 0 else -1
+        ngram_first_direct[dp[0]] = dseg[0] if vmap.direct(dseg[0]) >= 0 else -1
     # compact rows: keep the top-k ids the drafter can express, as drafter ids
     order = sorted(rows, key=rows.get)
     K = top_ids.shape[1]

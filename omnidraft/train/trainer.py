@@ -67,6 +67,11 @@ def attach_lora(model: torch.nn.Module, cfg: TrainConfig, name: str = "default")
     return get_peft_model(model, lcfg, adapter_name=name)
 
 
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The HF causal LM inside ``model``: its peft base model if LoRA-wrapped, else itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 _PER_POSITION = ("draft_ids", "kl_row", "ngram_p", "ngram_first", "ngram_len", "ngram_row",
                  "ngram_first_direct")
 
@@ -111,15 +116,12 @@ class OnlineTrainer:
         self.steps = 0
         self.history: list[dict] = []
 
-    def _base(self):
-        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-
     # ------------------------------------------------------------------ loss
     def loss(self, records: list[Record]) -> tuple[torch.Tensor, dict]:
         """Mean loss over the loss positions of ``records`` (every response token counts)."""
         cfg = self.cfg
         recs, ids, mask = padded_batch(records, cfg.max_tokens)
-        base = self._base()
+        base = base_model(self.model)
         hidden = base.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
 
         kl_b, kl_i, kl_r = [], [], []  # direct-mapped positions and their rows

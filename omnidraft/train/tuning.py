@@ -20,10 +20,11 @@ import torch
 
 from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
 from omnidraft.pairs.spec import PairSpec, pair_dir
 from omnidraft.train.records import Record
-from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora
+from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora, base_model
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def match_rate(model, records: list[Record], max_tokens: int = 256) -> float:
     """Teacher-forced greedy acceptance: over the records' response positions that map to the
     target (direct or inside an n-gram), the fraction where the drafter's argmax is the target's
     token. Needs no target model: the records hold the target's output."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     hit = total = 0
     for rec in records:
         r = _truncate(rec, max_tokens)
@@ -82,10 +83,7 @@ def cursor(spec: PairSpec, store) -> int:
 
 
 def _write_cursor(spec: PairSpec, through: int, info: dict) -> None:
-    path = pair_dir(spec.name) / "cursor.json"
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"records_through": through, **info}))
-    os.replace(tmp, path)
+    atomic_write_json(pair_dir(spec.name) / "cursor.json", {"records_through": through, **info})
 
 
 def _history(spec: PairSpec, entry: dict) -> None:

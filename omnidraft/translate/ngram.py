@@ -6,7 +6,8 @@ table also holds the converse (one drafter token such as newline+indent spelled 
 target tokens) and many-to-many segments learned in context. Memory-bounded by entry count and
 bytes with LFU (default) or LRU eviction (cachetools). Lookup of the longest run starting at a
 draft position walks a prefix index: O(k * max_n) for a k-token draft, whatever |C| is.
-Knows ids and byte tables; nothing about models, probabilities or files (ngram_store.py).
+Knows ids; nothing about vocabularies, models, probabilities or files (seeding from the
+vocabularies: ngram_seed.py; byte alignment of segments: align.py; the disk: ngram_store.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _BITS = 19  # ids < 2**19 - 1 (Gemma-3's 262,144 ids fit); id + 1 so no tuple pa
 _MASK = (1 << _BITS) - 1
 POLICIES = ("lfu", "lru", "unbounded")
 # Bytes per stored entry, prefix keys included, measured with tracemalloc under churn
-# (tests/test_ngram_cache.py), worst seen + margin: turns a byte budget into an entry budget.
+# (tests/translate/test_ngram_cache.py), worst seen + margin: turns a byte budget into an entry budget.
 # The hot window is cachetools (a links dict and a node per key, hence its premium); the cold
 # tier is flat numpy arrays (ngram_table.py).
 HOT_BYTES_PER_ENTRY = {"lfu": 700, "lru": 560}
@@ -118,7 +119,6 @@ class NgramCache:
         self._hot_prefixes: dict[int, int] = {}  # packed proper prefixes of hot keys -> count
         self._cold = PackedTable(_BITS, max_n)
         self._tick = 0
-        self.learned_total = 0  # entries ever learned online (evicted ones included)
         self.evictions = 0
         self.hits: dict[int, int] = {}  # packed key -> hits since the last drain (for persistence)
         self.added: list[int] = []  # packed keys added since the last drain
@@ -191,7 +191,6 @@ class NgramCache:
                 self._hot_prefixes[pp] = self._hot_prefixes.get(pp, 0) + 1
                 pp >>= _BITS
         self.added.append(pk)
-        self.learned_total += not seeded
         self._trim()
         return True
 
@@ -277,61 +276,3 @@ class NgramCache:
         cold = self._cold
         for i in range(len(cold)):
             yield unpack(cold.key(i)), unpack(cold.value(i))
-
-
-def _texts(table: list[bytes | None], ids: Iterable[int]) -> tuple[list[int], list[str]]:
-    keep, texts = [], []
-    for i in ids:
-        data = table[i]
-        if not data:
-            continue
-        try:
-            texts.append(data.decode("utf-8"))
-        except UnicodeDecodeError:
-            continue
-        keep.append(i)
-    return keep, texts
-
-
-def seed(cache: NgramCache, vmap, draft_tok, target_tok) -> int:
-    """Seed from the vocabularies: every target token with no direct mapping that the drafter
-    spells with 2..max_n tokens (rule (1) merges), and every drafter token with no direct mapping
-    that the target spells with 2..max_n tokens (splits). Returns entries added."""
-    added = 0
-    tids, texts = _texts(vmap.target_bytes, (t for t in range(len(vmap.t2d)) if vmap.t2d[t] < 0))
-    if texts:
-        for t, split in zip(tids, draft_tok(texts, add_special_tokens=False)["input_ids"]):
-            if 2 <= len(split) <= cache.max_n:
-                added += cache.add(tuple(split), (t,), seeded=True)
-    dids, texts = _texts(vmap.draft_bytes, (d for d in range(len(vmap.d2t)) if vmap.d2t[d] < 0))
-    if texts:
-        for d, split in zip(dids, target_tok(texts, add_special_tokens=False)["input_ids"]):
-            if 2 <= len(split) <= cache.max_n:
-                added += cache.add((d,), tuple(split), seeded=True)
-    return added
-
-
-def aligned_segments(draft_ids: Sequence[int], draft_lens: Sequence[int],
-                     target_ids: Sequence[int], target_lens: Sequence[int]):
-    """Split two tokenizations of the same bytes at their common token boundaries.
-
-    ``*_lens``: byte length of each token. Both sequences must end at the same byte. Yields
-    (drafter-id tuple, target-id tuple) for each minimal segment between common boundaries,
-    walking back from the shared end (so a ragged start is simply never reached).
-    """
-    i, j = len(draft_ids), len(target_ids)
-    seg_d: list[int] = []
-    seg_t: list[int] = []
-    dpos = tpos = 0  # bytes consumed from the end on each side
-    while i > 0 or j > 0:
-        if (dpos <= tpos and i > 0) or j == 0:
-            i -= 1
-            seg_d.append(draft_ids[i])
-            dpos += draft_lens[i]
-        else:
-            j -= 1
-            seg_t.append(target_ids[j])
-            tpos += target_lens[j]
-        if dpos == tpos and seg_d and seg_t:
-            yield tuple(reversed(seg_d)), tuple(reversed(seg_t))
-            seg_d, seg_t = [], []

@@ -8,7 +8,8 @@ Knows byte tables and the drafter tokenizer; the drafter's KV cache is rolled ba
 
 from __future__ import annotations
 
-from omnidraft.translate.ngram import NgramCache, aligned_segments
+from omnidraft.translate.align import aligned_segments
+from omnidraft.translate.ngram import NgramCache
 from omnidraft.translate.vocab import VocabMap
 
 

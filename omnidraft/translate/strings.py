@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from omnidraft.translate.reverse import _utf8_complete
-from omnidraft.translate.token import Proposal
+from omnidraft.translate.proposal import Proposal
 from omnidraft.translate.vocab import VocabMap
 
 
@@ -70,13 +70,12 @@ class StringTranslator:
     whole character yet); ``history``: the target ids committed so far (prompt included).
     """
 
-    cache = None  # no n-gram cache: the target tokenizer does the merging
-
-    def __init__(self, vmap: VocabMap, target_tok, strategy: str = "slem", lookbehind: int = 4,
+    def __init__(self, vmap: VocabMap, target_tok, *, align: bool = False, lookbehind: int = 4,
                  window: int = 8):
-        if strategy not in ("slem", "dtw"):
-            raise ValueError(f"StringTranslator strategy must be slem or dtw, got {strategy!r}")
-        self.vmap, self.tok, self.strategy = vmap, target_tok, strategy
+        """``align``: also warp the proposal onto the draft tokens (TokenTiming, `dtw`) to carry
+        the drafter's probabilities over in ``proposal_dists``; without it (`slem`) q' rows are
+        placeholders."""
+        self.vmap, self.tok, self.align = vmap, target_tok, align
         self.lookbehind, self.window = lookbehind, window
         self.target_vocab = len(vmap.t2d)
         self.last_alignment: list[tuple[int, int]] = []
@@ -122,7 +121,7 @@ class StringTranslator:
         out.sub = list(range(len(ids)))
         out.from_cache = [False] * len(ids)
         out.consumed = len(drafts)
-        if self.strategy == "dtw":
+        if self.align:
             self.last_alignment = dtw_align([self.vmap.draft_bytes[d] or b"" for d in drafts],
                                             [table[t] or b"" for t in ids], self.window)
         return out
@@ -133,13 +132,13 @@ class StringTranslator:
     def proposal_dists(self, prop: Proposal, drafts: Sequence[int], q: torch.Tensor) -> torch.Tensor:
         """[m, Vt] q' per proposed target token. ``dtw``: target token j carries the product of
         q(d_i) over the draft tokens whose warping path ends at j (one-hot at t_j, the rest
-        spread uniformly); ``slem`` has no per-token q (point masses). Used for rejection
+        spread uniformly); without ``align`` (``slem``) there is no per-token q (point masses). Used for rejection
         sampling, which is only approximately lossless with these; point-mass verification is
         lossless and the default for string-level strategies."""
         m = len(prop.target_ids)
         rows = torch.zeros(m, self.target_vocab)
         probs = [1.0] * m
-        if self.strategy == "dtw" and self.last_alignment and len(q):
+        if self.align and self.last_alignment and len(q):
             last_j = {}
             for i, j in self.last_alignment:
                 last_j[i] = j

@@ -9,32 +9,13 @@ Knows the vocabulary map and the cache; nothing about models.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
 from omnidraft.translate.ngram import NgramCache
+from omnidraft.translate.proposal import Proposal
 from omnidraft.translate.vocab import VocabMap
-
-
-@dataclass
-class Proposal:
-    target_ids: list[int] = field(default_factory=list)  # [m]
-    spans: list[tuple[int, int]] = field(default_factory=list)  # [m] draft index [start, end)
-    sub: list[int] = field(default_factory=list)  # [m] index within its n-gram's target run
-    from_cache: list[bool] = field(default_factory=list)  # [m] came from an n-gram entry
-    consumed: int = 0  # draft tokens covered by the proposal
-
-    @property
-    def ngram_count(self) -> int:
-        return sum(self.from_cache)
-
-    def prefix(self, m: int) -> "Proposal":
-        """The first ``m`` proposed tokens (and the draft tokens they cover)."""
-        spans = self.spans[:m]
-        return Proposal(self.target_ids[:m], spans, self.sub[:m], self.from_cache[:m],
-                        max((e for _, e in spans), default=0))
 
 
 class Translator:
@@ -46,7 +27,11 @@ class Translator:
         self.dst = torch.from_numpy(vmap.d2t)[mapped]  # [S] their target ids
         self.target_vocab = len(vmap.t2d)
         self.direct_mask = torch.from_numpy(vmap.d2t >= 0)  # [Vd] bool
-        self._d2t = vmap.d2t.tolist()
+        self._d2t = vmap.d2t.tolist()  # a list: the per-token lookups below are the hot path
+
+    def _direct(self, d: int) -> int:
+        """The target id drafter id ``d`` maps to directly, or -1."""
+        return self._d2t[d] if d < len(self._d2t) else -1
 
     def translate(self, drafts: Sequence[int], ctx=None, history: Sequence[int] = ()) -> Proposal:
         """Rule (1) over ``drafts`` (drafter ids): target ids and the draft span of each.
@@ -55,7 +40,7 @@ class Translator:
         i, k = 0, len(drafts)
         cache = self.cache
         while i < k:
-            direct = self._d2t[drafts[i]] if drafts[i] < len(self._d2t) else -1
+            direct = self._direct(drafts[i])
             # a multi-token run first, then the direct map, then a one-token split entry
             hit = cache.longest(drafts, i, min_len=2) if cache is not None else None
             if hit is None and direct < 0 and cache is not None:
@@ -104,7 +89,7 @@ class Translator:
             row = self.to_target(q[s])
             if e - s > 1 or prop.from_cache[len(rows)]:
                 prod = float(torch.prod(q[torch.arange(s, e), torch.tensor(drafts[s:e])]))
-                first = self._d2t[drafts[s]] if drafts[s] < len(self._d2t) else -1
+                first = self._direct(drafts[s])
                 if first >= 0:
                     row[first] = max(0.0, float(row[first]) - prod)
                 row[t] = float(row[t]) + prod

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
+from omnidraft.fsio import atomic_path
 from omnidraft.home import subdir
 
 # Special tokens are mapped by role, first role wins: end of sequence, end and start of a chat
@@ -102,7 +101,8 @@ class VocabMap:
     def shared(self) -> int:
         return int((self.d2t >= 0).sum())
 
-    def to_target(self, d: int) -> int:
+    def direct(self, d: int) -> int:
+        """The target id drafter id ``d`` maps to directly; -1 if none (or ``d`` is past the table)."""
         return int(self.d2t[d]) if d < len(self.d2t) else -1
 
 
@@ -170,10 +170,9 @@ def load_or_build(draft_tok, target_tok, draft_vocab: int, target_vocab: int) ->
         except Exception:  # corrupt or foreign file: rebuild below
             pass
     vm = build(draft_tok, target_tok, draft_vocab, target_vocab)
-    tmp = Path(f"{path}.{os.getpid()}.tmp.npz")
     db, do = _pack(vm.draft_bytes)
     tb, to = _pack(vm.target_bytes)
-    np.savez(tmp, d2t=vm.d2t, t2d=vm.t2d, db=db, do=do, tb=tb, to=to, dkind=vm.draft_kind,
-             tkind=vm.target_kind, version=np.array(FORMAT_VERSION))
-    os.replace(tmp, path)
+    with atomic_path(path, ".npz") as tmp:  # np.savez adds .npz to a name without it
+        np.savez(tmp, d2t=vm.d2t, t2d=vm.t2d, db=db, do=do, tb=tb, to=to, dkind=vm.draft_kind,
+                 tkind=vm.target_kind, version=np.array(FORMAT_VERSION))
     return vm

@@ -6,9 +6,9 @@ import torch
 
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.models.loading import load_model, load_tokenizer
-from omnidraft.translate.state import Pair
+from omnidraft.translate.state import PairState
 from omnidraft.prompts import humaneval
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ NEW_TOKENS = 40
 def real_pair():
     dtok, ttok = load_tokenizer("smollm2-135m"), load_tokenizer("qwen2.5-coder-0.5b")
     d, t = load_model("smollm2-135m"), load_model("qwen2.5-coder-0.5b")
-    return d, t, Pair(dtok, ttok, d.vocab_size, t.vocab_size)
+    return d, t, PairState(dtok, ttok, d.vocab_size, t.vocab_size)
 
 
 def test_generate_sensible_code(real_pair):

@@ -7,14 +7,15 @@ import torch
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import generate_ar, generate_speculative, stream_speculative
 from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
-from omnidraft.translate.state import Pair
+from omnidraft.translate.state import PairState
 from omnidraft.models.eager import CausalLM
 from omnidraft.decode.sampling import SamplingConfig
-from omnidraft.decode.loop import STRATEGIES, SpecConfig
+from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.registry import STRATEGIES, get
 from omnidraft.decode.target import LocalTarget
 
-from .bigram import BigramLM
-from .conftest import UNTRANSLATABLE, tiny, vocab_len
+from ..bigram import BigramLM
+from ..conftest import UNTRANSLATABLE, tiny, vocab_len
 
 PROMPTS = [
     "def fibonacci(n):\n",
@@ -25,7 +26,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["tli", "omnidraft", "slem", "dtw", "slrs"])
+@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if get(s).speculative])
 @pytest.mark.parametrize("k", [1, 4, 6])
 def test_greedy_equals_target_cross_vocab(cross, strategy, k):
     d, t, pair = cross
@@ -51,7 +52,7 @@ def test_greedy_identity_pair_accepts_everything(qwen_tok):
     re-tokenisation of the text differs from the target's own (random models emit odd splits)."""
     model = tiny("qwen2", vocab_len(qwen_tok), seed=3)
     d, t = CausalLM(model), CausalLM(model)
-    pair = Pair(qwen_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    pair = PairState(qwen_tok, qwen_tok, d.vocab_size, t.vocab_size)
     ref = generate_ar(t, qwen_tok, PROMPTS[0], max_new_tokens=30)
     out = generate_speculative(d, t, pair, PROMPTS[0], cfg=SpecConfig("omnidraft", k=4),
                                max_new_tokens=30)
@@ -68,7 +69,7 @@ def test_stop_token_and_budget(cross):
 
 
 # ---------------------------------------------------------------- defects of #17, each a test
-SPECULATIVE = [s for s in STRATEGIES if s != "ar"]
+SPECULATIVE = [s for s in STRATEGIES if get(s).speculative]
 
 
 def test_every_default_is_lossless_and_approximate_modes_say_so():
@@ -87,7 +88,7 @@ def bigram_cross(smollm_tok, qwen_tok):
     favour_t = {i: 0.5 for p in (" the", "(", "\n", " x") for i in qwen_tok.encode(p, add_special_tokens=False)}
     favour_d = {i: 0.5 for p in (" the", "(", "\n", " x") for i in smollm_tok.encode(p, add_special_tokens=False)}
     return (BigramLM(vd, favour_d, seed=1, noise=0.3), BigramLM(vt, favour_t, seed=2, noise=0.3),
-            Pair(smollm_tok, qwen_tok, vd, vt))
+            PairState(smollm_tok, qwen_tok, vd, vt))
 
 
 @pytest.mark.parametrize("strategy", SPECULATIVE)
@@ -114,7 +115,7 @@ def test_identity_pair_accepts(qwen_tok, strategy):
     translator that proposed nothing would fail here."""
     v = vocab_len(qwen_tok)
     lm = BigramLM(v, {i: 0.5 for i in range(200, 230)}, seed=5, noise=2.0)
-    pair = Pair(qwen_tok, qwen_tok, v, v)
+    pair = PairState(qwen_tok, qwen_tok, v, v)
     out = generate_speculative(lm, lm, pair, "def add(a, b):", cfg=SpecConfig(strategy, k=4), max_new_tokens=24)
     assert out.token_ids == generate_ar(lm, qwen_tok, "def add(a, b):", max_new_tokens=24).token_ids
     assert out.metrics["acceptance_rate"] >= 0.5, out.metrics
@@ -157,7 +158,7 @@ def test_generation_ends_where_ar_ends_at_the_context_window(smollm_tok, qwen_to
     speculative output equals ar's up to the last position of the window, no crash."""
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1, max_position_embeddings=12))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2, max_position_embeddings=40))
-    pair = Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
     prompt = "for i in range(10):\n    print(i)\n"
     ref = generate_ar(t, qwen_tok, prompt, max_new_tokens=100)
     assert len(ref.token_ids) + len(qwen_tok(prompt)["input_ids"]) == 40

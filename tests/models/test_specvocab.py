@@ -4,12 +4,12 @@ SpecVocab drafter, and the ranking loss."""
 import torch
 
 from omnidraft.decode.generate import generate_ar, generate_speculative
-from omnidraft.translate.state import Pair
+from omnidraft.translate.state import PairState
 from omnidraft.models.eager import CausalLM
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM, ranking_loss
 
-from .conftest import tiny, vocab_len
+from ..conftest import tiny, vocab_len
 
 
 def test_full_rank_full_k_is_the_exact_head(smollm_tok):
@@ -38,7 +38,7 @@ def test_candidates_keep_exact_logits_and_the_rest_is_masked(smollm_tok):
 def test_speculative_output_is_the_targets_with_a_specvocab_drafter(smollm_tok, qwen_tok):
     d = CausalLM(SpecVocabLM(tiny("llama", vocab_len(smollm_tok), seed=3), k=256))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=4))
-    pair = Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
     for prompt in ["def add(a, b):\n", "Bonjour, je"]:
         ref = generate_ar(t, qwen_tok, prompt, max_new_tokens=20)
         for strategy in ("tli", "omnidraft"):
@@ -67,7 +67,7 @@ def test_online_trainer_trains_the_ranker_alongside(smollm_tok, qwen_tok):
 
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=5))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=6))
-    pair = Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
     recs = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=30,
                                  record_topk=64).record for p in ["def f(x):\n", "Hello there", "x = 1\n"]]
     sv = SpecVocabLM(d.model, k=64)

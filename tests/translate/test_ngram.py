@@ -1,6 +1,8 @@
 """N-gram cache, seeding from the real vocabularies, and in-context segment learning."""
 
-from omnidraft.translate.ngram import NgramCache, aligned_segments, seed
+from omnidraft.translate.align import aligned_segments
+from omnidraft.translate.ngram import NgramCache
+from omnidraft.translate.ngram_seed import seed
 from omnidraft.translate.vocab import build
 
 

@@ -11,9 +11,9 @@ import torch
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import generate_ar, generate_speculative
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 
-from .conftest import tiny, vocab_len
+from ..conftest import tiny, vocab_len
 
 pytest.importorskip("executorch")
 
@@ -72,7 +72,7 @@ def test_adapter_matmuls_run_inside_xnnpack(exported):
 @pytest.mark.parametrize("prog", ["prog", "prog-portable"])
 def test_program_matches_eager_with_swapped_adapters(exported, prog):
     from omnidraft.device.runtime import ExecuTorchLM
-    from omnidraft.export.lower import ProgramInfo
+    from omnidraft.export.info import ProgramInfo
 
     base, root, _, versions = exported
     lm = ExecuTorchLM(root / prog)
@@ -166,7 +166,7 @@ def test_clear_errors(exported, tmp_path):
         ExportConfig(drafter="x", quant="int3")
     with pytest.raises(OmniDraftError, match="greedy token only"):
         from omnidraft.decode.sampling import SamplingConfig
-        from omnidraft.decode.loop import Drafter
+        from omnidraft.propose.drafter import Drafter
 
         Drafter(lm, SamplingConfig(temperature=0.8), None).stop_rule(SpecConfig("omnidraft", k=8, gamma=0.5))
 

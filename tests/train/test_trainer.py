@@ -7,25 +7,18 @@ import torch
 
 from omnidraft.adapters import AdapterStore
 from omnidraft.decode.generate import generate_speculative
-from omnidraft.translate.state import Pair
 from omnidraft.train.records import Record
-from omnidraft.models.eager import CausalLM
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
-from .conftest import tiny, vocab_len
+from ..conftest import recorded_pair, vocab_len
 
 PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n"]
 
 
 @pytest.fixture(scope="module")
 def setup(smollm_tok, qwen_tok):
-    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=11))
-    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=12))
-    pair = Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
-    records = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=40,
-                                    record_topk=64).record for p in PROMPTS]
-    return d, t, pair, records
+    return recorded_pair(smollm_tok, qwen_tok, PROMPTS)
 
 
 def test_records_cover_the_response_and_round_trip(setup, smollm_tok):

@@ -1,16 +1,16 @@
 """String-level strategies (slem, dtw): greedy output equals the target's own, token for token,
-on a SentencePiece target (the byte-level pair is in test_speculative.py); the DTW alignment on
+on a SentencePiece target (the byte-level pair is in decode/test_speculative.py); the DTW alignment on
 hand-made cases."""
 
 import pytest
 
 from omnidraft.decode.generate import generate_ar, generate_speculative
-from omnidraft.translate.state import Pair
+from omnidraft.translate.state import PairState
 from omnidraft.models.eager import CausalLM
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 from omnidraft.translate.strings import dtw_align, levenshtein
 
-from .conftest import tiny, vocab_len
+from ..conftest import tiny, vocab_len
 
 PROMPTS = ["def fibonacci(n):\n", "The Eiffel Tower is in", "Écrivez une fonction qui trie: ",
            "for i in range(10):\n    print(i)\n", "x"]
@@ -20,7 +20,7 @@ PROMPTS = ["def fibonacci(n):\n", "The Eiffel Tower is in", "Écrivez une foncti
 def test_greedy_equals_target_sentencepiece_target(smollm_tok, gemma_tok, strategy):
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=6))
     t = CausalLM(tiny("gemma3", vocab_len(gemma_tok), seed=7))
-    pair = Pair(smollm_tok, gemma_tok, d.vocab_size, t.vocab_size)
+    pair = PairState(smollm_tok, gemma_tok, d.vocab_size, t.vocab_size)
     for prompt in PROMPTS[:3]:
         ref = generate_ar(t, gemma_tok, prompt, max_new_tokens=20)
         assert generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=4),
@@ -32,7 +32,7 @@ def test_slem_accepts_when_the_draft_text_is_the_targets(qwen_tok, smollm_tok):
     and a drafter with a different tokenizer still gets its text through (no direct map needed)."""
     model = tiny("qwen2", vocab_len(qwen_tok), seed=3)
     d, t = CausalLM(model), CausalLM(model)
-    pair = Pair(qwen_tok, qwen_tok, d.vocab_size, t.vocab_size)
+    pair = PairState(qwen_tok, qwen_tok, d.vocab_size, t.vocab_size)
     ref = generate_ar(t, qwen_tok, PROMPTS[0], max_new_tokens=30)
     out = generate_speculative(d, t, pair, PROMPTS[0], cfg=SpecConfig("slem", k=4), max_new_tokens=30)
     assert out.token_ids == ref.token_ids and out.metrics["acceptance_rate"] >= 0.4

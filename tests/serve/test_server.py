@@ -14,15 +14,15 @@ import uvicorn
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import generate_ar, generate_speculative, stream_speculative
-from omnidraft.translate.state import Pair
+from omnidraft.translate.state import PairState
 from omnidraft.serve.remote import FallbackTarget, RemoteTarget
 from omnidraft.models.eager import CausalLM
 from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.serve.server import ServerLimits, create_app
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 from omnidraft.decode.target import LocalTarget
 
-from .conftest import tiny, vocab_len
+from ..conftest import tiny, vocab_len
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -71,7 +71,7 @@ class Server:
 def models(smollm_tok, qwen_tok):
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=21))
     t = tiny("qwen2", vocab_len(qwen_tok), seed=22)
-    return d, t, Pair(smollm_tok, qwen_tok, d.vocab_size, vocab_len(qwen_tok))
+    return d, t, PairState(smollm_tok, qwen_tok, d.vocab_size, vocab_len(qwen_tok))
 
 
 @pytest.fixture(scope="module")

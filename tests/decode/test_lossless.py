@@ -24,12 +24,13 @@ from scipy import optimize, stats
 
 from omnidraft.decode.generate import generate_speculative
 from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
-from omnidraft.translate.state import Pair
+from omnidraft.translate.state import PairState
 from omnidraft.decode.sampling import SamplingConfig, probs
-from omnidraft.decode.loop import STRATEGIES, SpecConfig
+from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.registry import STRATEGIES
 
-from .bigram import BigramLM
-from .conftest import UNTRANSLATABLE, vocab_len
+from ..bigram import BigramLM
+from ..conftest import UNTRANSLATABLE, vocab_len
 
 ALPHA = 1e-4  # per position; seeded tests are deterministic, unseeded ones flake < 0.3% per run
 TV = 0.05  # the shift position 1 must detect with power POWER: sets each test's number of draws
@@ -55,7 +56,7 @@ def bigram_pair(smollm_tok, qwen_tok):
     vd, vt = vocab_len(smollm_tok), vocab_len(qwen_tok)
     d = BigramLM(vd, _favour(smollm_tok, {UNTRANSLATABLE: 0.4}), seed=11, noise=0.4, name="draft")
     t = BigramLM(vt, _favour(qwen_tok), seed=12, noise=0.4, name="target")
-    pair = Pair(smollm_tok, qwen_tok, vd, vt)
+    pair = PairState(smollm_tok, qwen_tok, vd, vt)
     assert pair.vmap.d2t[UNTRANSLATABLE] < 0 and pair.cache.longest([UNTRANSLATABLE], 0, 1) is None
     return d, t, pair
 

@@ -5,7 +5,7 @@ import torch
 
 from omnidraft.models.eager import CausalLM
 
-from .conftest import tiny, vocab_len
+from ..conftest import tiny, vocab_len
 
 
 def _check_rollback(model, vocab, seed=0):

@@ -7,18 +7,17 @@ import math
 import pytest
 import torch
 
-from omnidraft.train.acceptance import AcceptanceHead, HeadConfig, StopRule, acceptance_labels, weighted_bce
+from omnidraft.propose.drafter import StopRule
+from omnidraft.train.acceptance import AcceptanceHead, HeadConfig, acceptance_labels, weighted_bce
 from omnidraft.adapters import AdapterStore
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer, head_batch
-from omnidraft.translate.state import Pair
 from omnidraft.train.records import Record
-from omnidraft.models.eager import CausalLM
-from omnidraft.decode.loop import SpecConfig
+from omnidraft.propose.config import SpecConfig
 from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
-from .conftest import tiny, vocab_len
+from ..conftest import recorded_pair
 
 PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n",
            "import os\n", "Dear team,"]
@@ -26,12 +25,7 @@ PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x
 
 @pytest.fixture(scope="module")
 def setup(smollm_tok, qwen_tok):
-    d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=11))
-    t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=12))
-    pair = Pair(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
-    records = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=40,
-                                    record_topk=64).record for p in PROMPTS]
-    return d, t, pair, records
+    return recorded_pair(smollm_tok, qwen_tok, PROMPTS)
 
 
 def test_stop_rule_on_literal_probabilities():
@@ -165,5 +159,5 @@ def test_adaptive_drafting_keeps_greedy_output(setup):
     assert res.raw.proposed / res.raw.steps < fixed.proposed / fixed.steps  # the head cut drafts short
     with pytest.raises(OmniDraftError, match="acceptance head"):
         generate_speculative(d, t, pair, "x", cfg=SpecConfig("omnidraft", k=8, gamma=0.5), max_new_tokens=4)
-    with pytest.raises(OmniDraftError, match="HeadConfig.gamma"):
-        HeadConfig(gamma=1.5)
+    with pytest.raises(OmniDraftError, match="HeadConfig.width"):
+        HeadConfig(width=4)

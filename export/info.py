@@ -1,0 +1,47 @@
+"""program.json: the record of how an exported program was made and which tensors its .ptd
+files must hold, written by the export and read by everything that serves or checks a program.
+
+Knows the JSON fields and their format number; nothing about exporting, .ptd files or running
+programs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from omnidraft.errors import OmniDraftError
+
+FORMAT = 2
+
+
+@dataclass
+class ProgramInfo:
+    """program.json: how a .pte was made and what its .ptd must hold."""
+
+    program_id: str  # sha256 of the .pte, first 16 hex digits
+    config: dict
+    vocab_size: int
+    hidden_size: int
+    max_seq: int
+    adapter_keys: dict[str, list]  # FQN -> [shape list, dtype name]: every adapter tensor
+    ptd_keys: dict[str, list]  # FQN -> the .ptd keys that carry its bytes (its FQN, its content key)
+    format: int = FORMAT
+    export_seconds: float = 0.0
+    pte_bytes: int = 0
+    versions: dict = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> "ProgramInfo":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise OmniDraftError(f"cannot read {path}: {err}", "re-run `omnidraft export`") from err
+        if data.get("format") != FORMAT:
+            raise OmniDraftError(f"{path} has format {data.get('format')}, expected {FORMAT}",
+                                 "re-run `omnidraft export`")
+        return cls(**data)

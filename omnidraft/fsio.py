@@ -1,0 +1,29 @@
+"""Atomic file writes: the data goes to a temp file beside the destination, which then replaces
+it in one ``os.replace``, so a reader (or a crash) sees the old file or the new one, never half.
+
+Knows paths and files; nothing about what is in them or which folder they belong in (home.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+@contextmanager
+def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
+    """A temp path beside ``path`` (ending with ``suffix``) for the block to write; moved onto
+    ``path`` when the block ends, left in place if it raises."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{suffix}")
+    yield tmp
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj, **dumps) -> None:
+    """Write ``json.dumps(obj, **dumps)`` to ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, **dumps))

@@ -1,0 +1,35 @@
+"""SpecConfig: which strategy drafts, how many tokens per round, and when a draft stops early.
+
+Validates itself and names the bad option; knows strategy names only through the registry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omnidraft.errors import OmniDraftError
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    strategy: str = "omnidraft"
+    k: int = 4  # drafter tokens per round (the maximum when confidence is set)
+    learn_ngrams: bool = True  # add unseen n-grams from verified output (strategies with a cache)
+    confidence: float | None = None  # stop a draft after a token the drafter gives p < this
+    gamma: float | None = None  # adaptive drafting: stop once the acceptance head's 1 - prod P > gamma
+    min_k: int = 1  # fewest drafter tokens per round under adaptive drafting
+
+    def __post_init__(self):
+        from omnidraft.propose.registry import get
+
+        if self.confidence is not None and not 0.0 < self.confidence < 1.0:
+            raise OmniDraftError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.gamma is not None and not 0.0 < self.gamma < 1.0:
+            raise OmniDraftError(f"gamma must be in (0, 1), got {self.gamma}")
+        if self.gamma is not None and self.confidence is not None:
+            raise OmniDraftError("choose one stopping rule: confidence or gamma (acceptance head)")
+        if not 1 <= self.min_k <= self.k:
+            raise OmniDraftError(f"min_k must be in 1..k ({self.k}), got {self.min_k}")
+        get(self.strategy)  # an unknown name is an error naming the choices
+        if not 1 <= self.k <= 32:
+            raise OmniDraftError(f"draft length k must be in 1..32, got {self.k}")

@@ -1,0 +1,112 @@
+"""The drafter side of a round: turning the drafter's logits into draft tokens, and the rules
+that stop a draft early (drafter confidence; the acceptance head's predicted chance that some
+token so far is rejected, SpecDec++ style).
+
+Knows an LM, a sampler and an acceptance head; nothing about vocabularies or verification.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from omnidraft.decode.sampling import SamplingConfig, probs, sample
+from omnidraft.errors import OmniDraftError
+from omnidraft.models.lm import LM, Forward
+
+if TYPE_CHECKING:
+    from omnidraft.propose.config import SpecConfig
+
+
+class StopRule:
+    """Adaptive stopping over one draft: after each token with predicted acceptance P_i, stop
+    once 1 - prod_i P_i > gamma (never before min_k tokens; always at max_k)."""
+
+    uses_head = True
+
+    def __init__(self, gamma: float, min_k: int, max_k: int):
+        self.gamma, self.min_k, self.max_k = gamma, min_k, max_k
+        self.reset()
+
+    def reset(self) -> None:
+        self.prod, self.n = 1.0, 0
+
+    def update(self, p_accept: float) -> bool:
+        """Count one drafted token; True if drafting should stop after it."""
+        self.prod *= p_accept
+        self.n += 1
+        return self.n >= self.max_k or (self.n >= self.min_k and 1.0 - self.prod > self.gamma)
+
+
+class Confidence:
+    """Stop a draft after a token the drafter itself gives probability < threshold."""
+
+    uses_head = False
+
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+
+    def reset(self) -> None:
+        pass
+
+    def update(self, p: float) -> bool:
+        return p < self.threshold
+
+
+class Drafter:
+    """One generation's drafter: its LM (own cache), its random stream, an optional restriction
+    of the tokens it may draft, and the acceptance head for adaptive drafting.
+
+    ``restrict``: [Vd] bool, the only drafter ids that may be drafted (``tli`` drafts from the
+    shared vocabulary so every draft maps directly); None drafts from the full vocabulary.
+    """
+
+    def __init__(self, model: LM, sampling: SamplingConfig, restrict: torch.Tensor | None = None,
+                 head=None):
+        self.model = model
+        self.sampling = sampling
+        self.gen = sampling.generator("draft")
+        # [Vd] additive mask: 0 where allowed, -inf elsewhere (None = everything allowed)
+        self.mask = None if restrict is None else torch.where(restrict, 0.0, float("-inf"))
+        self.head = head
+        # an exported program scores its own greedy token with the head in its .ptd
+        self.embeddings = (model.input_embeddings()  # [Vd, H]
+                           if head is not None and not model.scores_accept else None)
+
+    def room(self, n_ids: int) -> int:
+        """Draft tokens that fit the window after syncing to ``n_ids`` ids (sync, then k - 1 extends)."""
+        return self.model.max_length - n_ids + 1
+
+    def stop_rule(self, cfg: "SpecConfig") -> StopRule | Confidence | None:
+        """A stopping rule for ``cfg`` (None: always draft k tokens); reset it for each draft."""
+        if cfg.gamma is not None:
+            if self.model.scores_accept and (not self.sampling.greedy or self.mask is not None):
+                raise OmniDraftError("the exported drafter scores acceptance for its greedy token only",
+                                     "use greedy omnidraft drafting, or the eager drafter runtime")
+            if self.head is None and not self.model.scores_accept:
+                raise OmniDraftError("adaptive drafting (gamma) needs an acceptance head",
+                                     "pair the drafter and train one, or drop gamma")
+            return StopRule(cfg.gamma, cfg.min_k, cfg.k)
+        if cfg.confidence is not None:
+            return Confidence(cfg.confidence)
+        return None
+
+    def accept_prob(self, out: Forward, d: int) -> float:
+        """The head's P(accept) for draft token d, drafted from the last position of ``out``."""
+        if self.model.scores_accept:
+            return float(out.accept[-1])  # d is the program's greedy token (checked in stop_rule)
+        return self.head.accept_prob(out.hidden[-1], self.embeddings[d])
+
+    def pick(self, logits: torch.Tensor, want_conf: bool = False) -> tuple[int, torch.Tensor | None, float]:
+        """(draft id, [Vd] distribution it was drawn from or None when greedy, the drafter's
+        probability of the id; computed for greedy picks only when ``want_conf``, else 1.0).
+        ``logits``: [Vd]."""
+        if self.mask is not None:
+            logits = logits + self.mask[: logits.shape[-1]]
+        if self.sampling.greedy:
+            d = int(logits.argmax())
+            return d, None, float(torch.softmax(logits, -1)[d]) if want_conf else 1.0
+        q = probs(logits, self.sampling)
+        d = sample(q, self.gen)
+        return d, q, float(q[d])

@@ -1,0 +1,70 @@
+"""Draft, then translate: the proposer of `tli`, `omnidraft`, `slem` and `dtw`.
+
+The drafter drafts up to k tokens from its own vocabulary, stopping early once the draft can no
+longer translate or when its stopping rule says so; the strategy's translator turns the draft
+into target ids (token-level mapping rules (1)(2) with or without the n-gram cache, or
+string-level re-tokenisation) and, for rejection sampling, q' rows. When the strategy keeps an
+n-gram cache, ``observe`` learns the committed text's n-grams into it.
+Knows the Drafter and a translator's interface; nothing about verification.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import torch
+
+from omnidraft.propose.base import DraftState
+from omnidraft.propose.drafter import Drafter
+from omnidraft.translate.ngram import NgramCache
+from omnidraft.translate.proposal import Proposal
+from omnidraft.translate.reverse import learn_ngrams
+
+
+class TranslatingProposer:
+    def __init__(self, drafter: Drafter, translator, rule=None, learn: NgramCache | None = None):
+        """``translator``: translate / viable / proposal_dists (translate/token.py, strings.py).
+        ``rule``: the drafter's stopping rule or None; ``learn``: the n-gram cache to learn
+        committed n-grams into, or None."""
+        self.drafter = drafter
+        self.translator = translator
+        self.rule = rule
+        self.learn = learn
+
+    def propose(self, state: DraftState, k: int) -> Proposal:
+        k = min(k, self.drafter.room(len(state.ctx.ids)))
+        if k <= 0:
+            return state.empty()
+        lm, rule, ctx = self.drafter.model, self.rule, state.ctx
+        use_head = rule is not None and rule.uses_head
+        out = lm.sync(ctx.ids, hidden=use_head)  # the drafter's last position
+        forwards = 1
+        drafts: list[int] = []
+        qrows: list[torch.Tensor] = []  # [Vd] each, when sampling
+        if rule is not None:
+            rule.reset()
+        for i in range(k):
+            d, q, conf = self.drafter.pick(out.logits[-1], want_conf=rule is not None and not use_head)
+            drafts.append(d)
+            if q is not None:
+                qrows.append(q)
+            if not self.translator.viable(drafts, ctx=ctx, history=state.committed):
+                drafts.pop()
+                break
+            if rule is not None and rule.update(self.drafter.accept_prob(out, d) if use_head else conf):
+                break
+            if i < k - 1:
+                out = lm.extend([d], hidden=use_head)
+                forwards += 1
+        t0 = time.perf_counter()
+        prop = self.translator.translate(drafts, ctx=ctx, history=state.committed)
+        q_target = None
+        if state.needs_q:  # [consumed, Vd] drafter rows -> [m, Vt]; an empty proposal has no rows
+            q_draft = torch.stack(qrows[: prop.consumed]) if prop.consumed else torch.zeros(0, 0)
+            q_target = self.translator.proposal_dists(prop, drafts, q_draft)
+        return replace(prop, q=q_target, drafter_forwards=forwards, translate_s=time.perf_counter() - t0)
+
+    def observe(self, state: DraftState) -> None:
+        if self.learn is not None:
+            learn_ngrams(self.learn, state.ctx, state.generated)

@@ -1,0 +1,40 @@
+"""What a proposer hands the verifier: target-vocabulary ids, where each came from in the draft,
+and (when the verifier samples by rejection) the distribution each was drawn from.
+
+A data record only; translators fill the token fields, proposers add q' and their costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Proposal:
+    target_ids: list[int] = field(default_factory=list)  # [m]
+    spans: list[tuple[int, int]] = field(default_factory=list)  # [m] draft index [start, end)
+    sub: list[int] = field(default_factory=list)  # [m] index within its n-gram's target run
+    from_cache: list[bool] = field(default_factory=list)  # [m] came from an n-gram entry
+    consumed: int = 0  # draft tokens covered by the proposal
+    q: torch.Tensor | None = None  # [m, Vt] proposal distributions, when the verifier needs them
+    drafter_forwards: int = 0  # drafter forward passes spent on this proposal
+    translate_s: float = 0.0  # seconds spent translating (drafter forwards excluded)
+
+    @property
+    def ngram_count(self) -> int:
+        return sum(self.from_cache)
+
+    @classmethod
+    def direct(cls, target_ids: list[int]) -> "Proposal":
+        """Target ids proposed directly (no draft tokens behind them to track)."""
+        m = len(target_ids)
+        return cls(list(target_ids), [(0, 0)] * m, [0] * m, [False] * m, m)
+
+    def prefix(self, m: int) -> "Proposal":
+        """The first ``m`` proposed tokens (the draft tokens they cover, their q' rows)."""
+        spans = self.spans[:m]
+        return Proposal(self.target_ids[:m], spans, self.sub[:m], self.from_cache[:m],
+                        max((e for _, e in spans), default=0),
+                        None if self.q is None else self.q[:m], self.drafter_forwards, self.translate_s)
