@@ -180,6 +180,7 @@ def _cmd_export(args) -> int:
     from omnidraft.export.layout import program_dir
     from omnidraft.export.lower import ExportConfig, export_drafter
     from omnidraft.models.loading import load_model, set_threads
+    from omnidraft.models.specvocab import load_ranker
 
     cfg = ExportConfig(drafter=args.drafter, quant=args.quant, max_seq=args.max_seq,
                        lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
@@ -187,15 +188,7 @@ def _cmd_export(args) -> int:
     set_threads(args.threads)
     out = Path(args.out) if args.out else program_dir(args.drafter, args.quant, args.max_seq, args.specvocab_k)
     lm = load_model(args.drafter, dtype="fp32").model
-    ranker = None
-    if args.ranker:
-        from safetensors.torch import load_file
-
-        from omnidraft.models.specvocab import SpecVocabHead
-
-        state = load_file(args.ranker)
-        ranker = SpecVocabHead(lm.get_output_embeddings().weight, rank=state["down"].shape[1])
-        ranker.load_state_dict(state)
+    ranker = load_ranker(args.ranker, lm.get_output_embeddings().weight) if args.ranker else None
     export_drafter(lm, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True), ranker=ranker)
     print(out)
     return 0

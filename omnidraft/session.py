@@ -63,6 +63,7 @@ class Session:
         self.record_topk = record_topk if log else 0
         self.drafter = load_drafter(drafter, drafter_runtime, quant=quant, max_seq=max_seq)
         self.drafter_runtime = drafter_runtime
+        self.base = self.drafter if drafter_runtime == "eager" else None  # the eager drafter as loaded
         self.draft_tok = load_tokenizer(drafter)
         self.target, self.target_tok = load_target(target, sampling=sampling, verify=self.verify,
                                                    dtype=target_dtype, token=token,

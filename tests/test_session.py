@@ -153,7 +153,7 @@ def _status(home):
 def test_daemon_kill9_mid_training_resumes_without_loss_or_duplicates(self_pair, home):
     s = self_pair
     env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
-    cmd = [sys.executable, "-m", "omnidraft.train.daemon", "--poll", "0.2"]
+    cmd = [sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", "0.2"]
     proc = subprocess.Popen(cmd + ["--throttle", "0.4"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -196,7 +196,7 @@ def test_session_with_a_remote_target_streams_and_logs(home, models, qwen_tok):
     from omnidraft.models.loading import load_model
     from omnidraft.train.records import Record
 
-    from .test_server import TOKEN, Server
+    from .serve.test_server import TOKEN, Server
 
     drafter, target = models
     model = load_model(target).model

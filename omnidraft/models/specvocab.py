@@ -34,6 +34,16 @@ class SpecVocabHead(nn.Module):
         return (hidden @ self.down) @ self.vocab.T  # [N, V]
 
 
+def load_ranker(path: str, lm_head_weight: torch.Tensor) -> SpecVocabHead:
+    """A trained ranking (safetensors with ``down`` and ``vocab``) over ``lm_head_weight`` [V, H]."""
+    from safetensors.torch import load_file
+
+    state = load_file(path)
+    ranker = SpecVocabHead(lm_head_weight, rank=state["down"].shape[1])
+    ranker.load_state_dict(state)
+    return ranker
+
+
 def ranking_loss(rank_logits: torch.Tensor, full_logits: torch.Tensor, lam: float = 0.1) -> torch.Tensor:
     """lambda * KL(softmax(full) || softmax(ranking)), mean over rows. Both [N, V]; the full
     head's logits are the (detached) teacher."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.propose.registry import get
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,6 @@ class SpecConfig:
     min_k: int = 1  # fewest drafter tokens per round under adaptive drafting
 
     def __post_init__(self):
-        from omnidraft.propose.registry import get
-
         if self.confidence is not None and not 0.0 < self.confidence < 1.0:
             raise OmniDraftError(f"confidence must be in (0, 1), got {self.confidence}")
         if self.gamma is not None and not 0.0 < self.gamma < 1.0:

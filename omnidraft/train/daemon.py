@@ -6,7 +6,6 @@ after the current record). Knows processes and files; training is tuning.py's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -15,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
 from omnidraft.home import subdir
 
@@ -120,7 +118,7 @@ def start(poll_s: float = 10.0, throttle_s: float = 0.0) -> int:
     if pid:
         return pid
     out = open(_dir() / "daemon.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "omnidraft.train.daemon", "--poll", str(poll_s),
+    proc = subprocess.Popen([sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", str(poll_s),
                              "--throttle", str(throttle_s)],
                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=os.environ.copy())
@@ -159,20 +157,3 @@ def pause(on: bool = True) -> None:
         flag.touch()
     else:
         flag.unlink(missing_ok=True)
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m omnidraft.train.daemon")
-    ap.add_argument("--poll", type=float, default=10.0)
-    ap.add_argument("--once", action="store_true", help="exit when no pair has work")
-    ap.add_argument("--throttle", type=float, default=0.0, help="seconds of rest after each record")
-    args = ap.parse_args(argv)
-    try:
-        return serve(args.poll, args.once, throttle_s=args.throttle)
-    except OmniDraftError as err:
-        print(f"omnidraft daemon: error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

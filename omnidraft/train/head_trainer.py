@@ -17,7 +17,8 @@ from collections import deque
 
 import torch
 
-from omnidraft.train.acceptance import AcceptanceHead, HeadConfig, acceptance_labels, weighted_bce
+from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.errors import OmniDraftError
 from omnidraft.train.records import Record
 from omnidraft.train.trainer import OnlineTrainer, base_model, padded_batch

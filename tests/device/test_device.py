@@ -176,7 +176,7 @@ def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smol
     from omnidraft.export.layout import program_dir
     from omnidraft.models.eager import CausalLM
 
-    from .conftest import save_tiny
+    from ..conftest import save_tiny
 
     base, root, info, versions = exported
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))

@@ -76,7 +76,7 @@ def test_cli_errors_are_one_line(argv, needle, capsys):
 
 
 def test_cli_prompt_longer_than_context(tmp_path, smollm_tok, capsys):
-    from .conftest import save_tiny, tiny, vocab_len
+    from ..conftest import save_tiny, tiny, vocab_len
 
     path = save_tiny(tiny("llama", vocab_len(smollm_tok), max_position_embeddings=32), smollm_tok,
                      tmp_path / "short")
@@ -85,7 +85,7 @@ def test_cli_prompt_longer_than_context(tmp_path, smollm_tok, capsys):
 
 
 def test_cli_json_output(tmp_path, smollm_tok, capsys):
-    from .conftest import save_tiny, tiny, vocab_len
+    from ..conftest import save_tiny, tiny, vocab_len
 
     path = save_tiny(tiny("llama", vocab_len(smollm_tok)), smollm_tok, tmp_path / "m")
     assert cli.main(["generate", "--target", str(path), "--prompt", "hello", "--max-new-tokens",

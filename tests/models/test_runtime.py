@@ -46,7 +46,7 @@ def test_rollback_llama68m_shape(llama2_tok):
 
 def test_llama68m_checkpoint_loads_like_any_model(llama2_tok, tmp_path):
     from omnidraft.models.loading import load_model, load_tokenizer
-    from .conftest import save_tiny
+    from ..conftest import save_tiny
 
     model = tiny("llama", 32000, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
                  num_key_value_heads=12)
