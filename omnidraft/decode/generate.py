@@ -140,16 +140,17 @@ def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfi
         budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
         proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
-        detok = Detokenizer(pair.target_tok, target_ids)
-        for rnd in decode(proposer, verifier, ctx, target_ids, k=cfg.k, max_new_tokens=budget,
-                          stop=stop_ids(pair.target_tok, verifier.eos_ids)):
-            metrics.add(rnd)
-            if record_topk and rnd.rows is not None:
-                rows.append(rnd.rows)
-            ids.extend(rnd.committed)
-            piece = detok.push(rnd.committed)
-            if piece:
-                yield piece
+        rounds = decode(proposer, verifier, ctx, target_ids, k=cfg.k, max_new_tokens=budget,
+                        stop=stop_ids(pair.target_tok, verifier.eos_ids))
+
+        def committed() -> Iterator[list[int]]:  # each round folded into metrics and record rows
+            for rnd in rounds:
+                metrics.add(rnd)
+                if record_topk and rnd.rows is not None:
+                    rows.append(rnd.rows)
+                yield rnd.committed
+
+        yield from stream(committed(), Detokenizer(pair.target_tok, target_ids), ids)
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
     record = None
     if rows:
