@@ -1,6 +1,6 @@
-"""ExecuTorchLM: the exported drafter program (.pte + a per-target .ptd) behind the same
+"""ExecuTorchLM: an exported program (.pte + a .ptd), drafter or target, behind the same
 interface as the eager ``CausalLM`` (the ``LM`` protocol, models/lm.py), so the decode loop runs
-unchanged on it.
+unchanged on it: as the proposer's drafter, or under ``LocalTarget`` as the verifier.
 
 Knows the ExecuTorch runtime, the program's static cache and program.json; nothing about
 tokenizers, strategies or training.
@@ -19,14 +19,16 @@ from omnidraft.export.info import ProgramInfo
 from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import Forward
 
+from .threads import ensure_pool, program_call
+
 
 class ExecuTorchLM:
     """One loaded program. ``length`` tokens are in its static cache; a rollback only moves the
     write position (the program attends only to positions before the one it writes).
 
-    ``extend`` returns the last position's logits [1, V], hidden state [1, H] and the head's
-    P(accept) of the greedy next token [1]; a multi-token call needs ``last_only`` (the program
-    computes no other positions' logits).
+    ``extend`` returns logits, the last hidden state [1, H] and the head's P(accept) of the
+    greedy next token [1]. A target program returns every position's logits [k, V]; a drafter's
+    returns the last position's only, so its multi-token calls need ``last_only``.
     """
 
     scores_accept = True  # the program's third output is the acceptance head's P(accept)
@@ -40,6 +42,7 @@ class ExecuTorchLM:
         self.tokens: list[int] = []
         self.ptd: Path | None = None
         self.load_seconds = 0.0
+        ensure_pool()
         self.load_adapter(ptd or self.dir / "base.ptd")
 
     # ------------------------------------------------------------------ properties
@@ -58,6 +61,10 @@ class ExecuTorchLM:
     @property
     def dtype(self) -> torch.dtype:
         return torch.float32
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return set(self.info.eos_ids)
 
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, ptd: str | Path) -> None:
@@ -107,18 +114,22 @@ class ExecuTorchLM:
         k = len(ids)
         if k == 0:
             raise ValueError("extend needs at least one token")
-        if k > 1 and not last_only:
+        every = self.info.role == "target"
+        if k > 1 and not last_only and not every:
             raise OmniDraftError("the exported drafter returns the last position's logits only",
                                  "pass last_only=True or feed one token at a time")
         if self.length + k > self.max_length:
             raise OmniDraftError(
                 f"{self.name}: {self.length + k} tokens exceed the program's cache of {self.max_length}",
                 "shorten the prompt or generation, or re-export with a larger --max-seq")
-        logits, hid, accept = self.method.execute([
-            torch.tensor([ids], dtype=torch.long),  # [1, k]
-            torch.tensor([self.length], dtype=torch.long),  # [1]
-        ])
+        with program_call():
+            logits, hid, accept = self.method.execute([
+                torch.tensor([ids], dtype=torch.long),  # [1, k]
+                torch.tensor([self.length], dtype=torch.long),  # [1]
+            ])  # logits [k, V] (target) or [1, V]
         self.tokens.extend(int(t) for t in ids)
+        if every and last_only:
+            logits = logits[-1:]
         return Forward(logits=logits, hidden=hid if hidden else None, accept=accept)
 
     def prefill(self, ids: list[int], *, hidden: bool = False) -> Forward:

@@ -31,6 +31,11 @@ class ProgramInfo:
     export_seconds: float = 0.0
     pte_bytes: int = 0
     versions: dict = field(default_factory=dict)
+    eos_ids: list[int] = field(default_factory=list)  # the model's generation_config EOS ids
+
+    @property
+    def role(self) -> str:
+        return self.config.get("role", "drafter")
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1))

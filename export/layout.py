@@ -1,5 +1,5 @@
 """Where exported programs and per-target .ptd files live under $OMNIDRAFT_HOME:
-programs/<drafter>-<quant>-s<max_seq>[-sv<k>]/{program.pte, program.json, base.ptd} and
+programs/<model>-<quant>-s<max_seq>[-sv<k>][-target]/{program.pte, program.json, base.ptd} and
 pairs/<pair>/executorch/<program_id>/<version>.ptd.
 
 Knows folder names only; the files' contents belong to lower.py, info.py and adapter_data.py.
@@ -16,9 +16,10 @@ from omnidraft.pairs.spec import safe_name
 from .info import ProgramInfo
 
 
-def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0) -> Path:
+def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0, role: str = "drafter") -> Path:
     sv = f"-sv{specvocab_k}" if specvocab_k else ""
-    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}{sv}"
+    suffix = "-target" if role == "target" else ""
+    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}{sv}{suffix}"
 
 
 def find_program(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0) -> Path:

@@ -1,6 +1,7 @@
-"""Export the drafter to an ExecuTorch program: quantise (torchao), torch.export (strict), lower
-to XNNPACK with the per-target LoRA and head weights kept outside the delegate, and write
-program.pte + base.ptd (the zero adapter) + program.json (what the .ptd must hold).
+"""Export a drafter or a target to an ExecuTorch program: quantise (torchao), torch.export
+(strict), lower to XNNPACK with the per-target LoRA and head weights kept outside the delegate,
+and write program.pte + base.ptd (the zero adapter) + program.json (what the .ptd must hold).
+A target program has no LoRA and returns every position's logits (what verification needs).
 
 By default the adapter's matmuls run inside XNNPACK while their weights stay in the .ptd: XNNPACK
 looks its external constants up by a content key (sha256), so the export fills every adapter
@@ -28,12 +29,13 @@ from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
 
 QUANTS = ("fp32", "8da8w", "8da4w")
+ROLES = ("drafter", "target")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 @dataclass(frozen=True)
 class ExportConfig:
-    drafter: str  # catalog name or path, recorded in program.json
+    drafter: str  # catalog name or path of the model (drafter or target), recorded in program.json
     quant: str = "8da4w"  # fp32 | 8da8w (per-channel int8 weights) | 8da4w (int4, group_size)
     max_seq: int = 1024  # static KV cache length = the longest prompt + generation
     group_size: int = 32  # 8da4w weight group size
@@ -43,6 +45,7 @@ class ExportConfig:
     head_width: int = 256
     specvocab_k: int = 0  # > 0: the LM head as SpecVocab (ranking + exact logits on k candidates)
     delegate_adapter: bool = True  # adapter matmuls inside XNNPACK (weights still in the .ptd)
+    role: str = "drafter"  # target: no LoRA, every position's logits
 
     def __post_init__(self):
         checks = [
@@ -54,6 +57,9 @@ class ExportConfig:
             (len(self.lora_targets) > 0, "lora_targets", "non-empty"),
             (self.head_width >= 8, "head_width", ">= 8"),
             (self.specvocab_k >= 0, "specvocab_k", ">= 0 (0 = the full LM head)"),
+            (self.role in ROLES, "role", f"one of {', '.join(ROLES)}"),
+            (self.role == "drafter" or self.specvocab_k == 0, "specvocab_k",
+             "0 for a target (verification needs every logit)"),
         ]
         for ok, name, want in checks:
             if not ok:
@@ -180,7 +186,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
         ptd_keys=ptd_keys, export_seconds=round(time.perf_counter() - t0, 1),
-        pte_bytes=len(et.buffer), versions=_versions())
+        pte_bytes=len(et.buffer), versions=_versions(), eos_ids=_eos_ids(program.lm))
     info.save(out_dir / "program.json")
     n_del = sum(1 for keys in ptd_keys.values() if any(k not in adapter for k in keys))
     log(f"export: wrote {out_dir / 'program.pte'} ({len(et.buffer) / 2**20:.1f} MiB) and base.ptd "
@@ -223,6 +229,27 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
     quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else ())
     return lower(program, out_dir, cfg, log)
+
+
+def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
+                  log: Callable[[str], None] = print) -> ProgramInfo:
+    """``lm`` (fp32 HF causal LM) as a verifying program: base weights quantised, no LoRA, every
+    position's logits. (An untrained acceptance head rides along, so drafter and target programs
+    load and run through the same ``ExecuTorchLM``.)"""
+    from omnidraft.train.acceptance import AcceptanceHead
+
+    if cfg.role != "target":
+        raise OmniDraftError("export_target needs ExportConfig(role='target')")
+    program = DraftProgram(lm, AcceptanceHead(lm.config.hidden_size, cfg.head_width), cfg.max_seq,
+                           all_logits=True)
+    quantize(program, cfg.quant, cfg.group_size)
+    return lower(program, out_dir, cfg, log)
+
+
+def _eos_ids(lm: torch.nn.Module) -> list[int]:
+    from omnidraft.decode.text import generation_eos_ids
+
+    return sorted(generation_eos_ids(getattr(lm, "generation_config", None)))
 
 
 def _versions() -> dict:

@@ -1,6 +1,7 @@
-"""The drafter as one exportable module: a static KV cache in registered buffers and
-``forward(ids, pos)`` that serves prefill and decode, returning the last position's logits, its
-hidden state and the acceptance head's P(accept) for the greedy next token.
+"""A drafter or target as one exportable module: a static KV cache in registered buffers and
+``forward(ids, pos)`` that serves prefill, decode and verification, returning the logits (of the
+last position for a drafter, of every position for a target: what verifying a proposal needs),
+the last hidden state and the acceptance head's P(accept) for the greedy next token.
 
 Attention runs on ExecuTorch's LLM custom ops (``llama::update_cache`` writes the new keys and
 values into the cache in place, ``llama::custom_sdpa`` attends only to positions <= the query's),
@@ -82,8 +83,8 @@ class StaticKV(nn.Module):
 class DraftProgram(nn.Module):
     """``forward(ids [1, T] int64, pos [1] int64)`` writes T tokens into the cache at positions
     pos..pos+T-1 and returns (logits [1, V] float32, hidden [1, H] float32, accept [1] float32)
-    for the last of them. Positions past ``pos`` are never attended to, so rolling back is just
-    calling with a smaller ``pos``.
+    for the last of them; with ``all_logits`` the logits are every position's, [T, V]. Positions
+    past ``pos`` are never attended to, so rolling back is just calling with a smaller ``pos``.
 
     ``lm``: a Hugging Face causal LM, optionally with peft LoRA layers injected (pass
     ``peft_model.get_base_model()``); its attention is switched to the custom op in place.
@@ -93,8 +94,12 @@ class DraftProgram(nn.Module):
     """
 
     def __init__(self, lm: nn.Module, head: nn.Module, max_seq: int, ranker: nn.Module | None = None,
-                 k_vocab: int = 2048):
+                 k_vocab: int = 2048, all_logits: bool = False):
         super().__init__()
+        if all_logits and ranker is not None:
+            raise OmniDraftError("a SpecVocab LM head computes one position's candidates; it cannot "
+                                 "return every position's logits")
+        self.all_logits = all_logits
         _register_attention()
         self.lm = lm.eval()
         self.lm.config._attn_implementation = ATTENTION
@@ -152,19 +157,21 @@ class DraftProgram(nn.Module):
         self.kv.start_pos = start
         positions = (torch.arange(ids.shape[1]) + pos[0]).unsqueeze(0)  # [1, T]
         if self.rot is not None:
-            hidden = self._llama_layers(ids, positions, start)[:, -1, :]  # [1, H], after the final norm
+            states = self._llama_layers(ids, positions, start)  # [1, T, H], after the final norm
         else:
-            out = self.lm.model(input_ids=ids, position_ids=positions, past_key_values=self.kv,
-                                use_cache=True, et_start_pos=start)
-            hidden = out.last_hidden_state[:, -1, :]  # [1, H], after the final norm
-        if self.specvocab_ranker is None:
+            states = self.lm.model(input_ids=ids, position_ids=positions, past_key_values=self.kv,
+                                   use_cache=True, et_start_pos=start).last_hidden_state  # [1, T, H]
+        hidden = states[:, -1, :]  # [1, H]
+        if self.all_logits:
+            logits = self.lm.lm_head(states[0]).float()  # [T, V]
+        elif self.specvocab_ranker is None:
             logits = self.lm.lm_head(hidden).float()  # [1, V]
         else:
             W = self.lm.lm_head.weight  # [V, H]
             cand = torch.topk(self.specvocab_ranker(hidden), self.k_vocab, dim=-1).indices  # [1, k]
             exact = W.index_select(0, cand[0]) @ hidden[0]  # [k]
             logits = torch.full((1, W.shape[0]), float("-inf")).scatter(1, cand, exact.unsqueeze(0).float())
-        top = logits.argmax(-1)  # [1]
+        top = logits[-1:].argmax(-1)  # [1]
         emb = self.lm.model.embed_tokens(top)  # [1, H]
         score = self.accept_head(hidden.float(), emb.float())  # [1]
         accept = torch.sigmoid(score + self.accept_head.logit_shift)  # [1]

@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
                      help="n-gram cache eviction policy")
     gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
-    gen.add_argument("--drafter-runtime", choices=["eager", "executorch"], default="eager",
-                     help="run the drafter in PyTorch, or as the exported ExecuTorch program")
+    gen.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto",
+                     help="run the drafter in PyTorch, or as the exported ExecuTorch program (auto: the "
+                     "program when exported)")
+    gen.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto",
+                     help="a local target in PyTorch, or as the program of `omnidraft export --target` "
+                     "(auto: the program when exported)")
     gen.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w",
                      help="with --drafter-runtime executorch: which exported program")
     gen.add_argument("--max-seq", type=int, default=1024, help="with --drafter-runtime executorch: "
@@ -93,8 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threads", type=int, default=None)
     pr.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
-    ex = sub.add_parser("export", help="export the drafter to an ExecuTorch program (XNNPACK)")
-    ex.add_argument("--drafter", default="smollm2-135m")
+    ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
+    who = ex.add_mutually_exclusive_group()
+    who.add_argument("--drafter", default=None, help="the drafter to export (default smollm2-135m)")
+    who.add_argument("--target", default=None, help="export this model as a verifying target: every "
+                     "position's logits, no LoRA")
     ex.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
     ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
     ex.add_argument("--lora-rank", type=int, default=32)
@@ -113,6 +120,17 @@ def build_parser() -> argparse.ArgumentParser:
     ea.add_argument("--max-seq", type=int, default=1024)
     ea.add_argument("--program", default=None, help="program folder (default: by drafter, quant, max-seq)")
     ea.add_argument("--out", default=None, help=".ptd path (default: under the pair's folder)")
+    co = sub.add_parser("cost", help="measure what the cost model uses on this machine: the target's "
+                        "verify time by call width, the drafter's time per token, the CPU")
+    co.add_argument("--target", required=True)
+    co.add_argument("--drafter", default="smollm2-135m", help="'none' to time the target only")
+    co.add_argument("--widths", default="1,2,3,4,5,6,8,16", help="call widths (tokens) to time")
+    co.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto")
+    co.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto")
+    co.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's dtype")
+    co.add_argument("--reps", type=int, default=7, help="timed calls per width (median)")
+    co.add_argument("--threads", type=int, default=None)
+    co.add_argument("--json", action="store_true", help="print one JSON object")
     dm = sub.add_parser("daemon", help="the background fine-tuning daemon")
     dm.add_argument("action", choices=["start", "stop", "status", "pause", "resume", "run"],
                     help="run = in the foreground")
@@ -178,20 +196,72 @@ def _cmd_export(args) -> int:
     from pathlib import Path
 
     from omnidraft.export.layout import program_dir
-    from omnidraft.export.lower import ExportConfig, export_drafter
+    from omnidraft.export.lower import ExportConfig, export_drafter, export_target
     from omnidraft.models.loading import load_model, set_threads
     from omnidraft.models.specvocab import load_ranker
 
-    cfg = ExportConfig(drafter=args.drafter, quant=args.quant, max_seq=args.max_seq,
-                       lora_rank=args.lora_rank, lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
-                       delegate_adapter=not args.adapter_outside_xnnpack)
+    role = "target" if args.target else "drafter"
+    name = args.target or args.drafter or "smollm2-135m"
+    cfg = ExportConfig(drafter=name, quant=args.quant, max_seq=args.max_seq, lora_rank=args.lora_rank,
+                       lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
+                       delegate_adapter=not args.adapter_outside_xnnpack, role=role)
     set_threads(args.threads)
-    out = Path(args.out) if args.out else program_dir(args.drafter, args.quant, args.max_seq, args.specvocab_k)
-    lm = load_model(args.drafter, dtype="fp32").model
-    ranker = load_ranker(args.ranker, lm.get_output_embeddings().weight) if args.ranker else None
-    export_drafter(lm, out, cfg, log=lambda s: print(s, file=sys.stderr, flush=True), ranker=ranker)
+    out = Path(args.out) if args.out else program_dir(name, args.quant, args.max_seq, args.specvocab_k, role)
+    lm = load_model(name, dtype="fp32").model
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if role == "target":
+        export_target(lm, out, cfg, log=log)
+    else:
+        ranker = load_ranker(args.ranker, lm.get_output_embeddings().weight) if args.ranker else None
+        export_drafter(lm, out, cfg, log=log, ranker=ranker)
     print(out)
     return 0
+
+
+def _cmd_cost(args) -> int:
+    from omnidraft.models.loading import set_threads
+    from omnidraft.pairs.build import load_drafter, local_target
+    from omnidraft.pairs.cost import cpu_info, measure
+
+    try:
+        widths = tuple(sorted({int(w) for w in args.widths.split(",")}))
+    except ValueError:
+        raise OmniDraftError(f"--widths must be comma-separated integers, got {args.widths!r}") from None
+    if not widths or widths[0] < 1 or args.reps < 1:
+        raise OmniDraftError("--widths must be >= 1 and --reps >= 1")
+    set_threads(args.threads)
+    say = (lambda s: None) if args.json else (lambda s: print(s, file=sys.stderr, flush=True))
+    target = local_target(args.target, args.target_runtime, dtype=args.dtype, note=say)
+    drafter = None if args.drafter == "none" else load_drafter(args.drafter, args.drafter_runtime, note=say)
+    model = measure(target, drafter, widths, args.reps, progress=say)
+    cpu = cpu_info()
+    out = {"target": args.target, "runtime": _runtime_name(target, args.dtype), "drafter": args.drafter,
+           "drafter_runtime": _runtime_name(drafter, "fp32") if drafter else None,
+           "cpu": cpu["model"], "cpu_flags": cpu["flags"], "native_bf16": cpu["native_bf16"],
+           "threads": _threads(), "verify_ms": model.verify_ms, "drafter_ms": model.drafter_ms,
+           "verify_ratio": {w: round(ms / model.verify_ms[widths[0]], 3) for w, ms in model.verify_ms.items()}}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"CPU: {cpu['model']} ({cpu['cores']} cores; {' '.join(cpu['flags'])})")
+    print(f"target {args.target} on {out['runtime']}, {out['threads']} threads")
+    print("  width  ms      x one token")
+    for w, ms in model.verify_ms.items():
+        print(f"  {w:>5}  {ms:>6.1f}  {out['verify_ratio'][w]:.2f}")
+    if drafter is not None:
+        print(f"drafter {args.drafter} on {out['drafter_runtime']}: {model.drafter_ms:.1f} ms per token")
+    return 0
+
+
+def _runtime_name(lm, dtype: str) -> str:
+    info = getattr(lm, "info", None)
+    return f"executorch {info.config['quant']}" if info is not None else f"transformers {dtype}"
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _cmd_export_adapter(args) -> int:
@@ -295,11 +365,13 @@ def _cmd_generate(args) -> int:
     verify = args.verify or default_verify_mode(strategy, remote=remote)
     dname = args.drafter or "smollm2-135m"
     drafter = (load_drafter(dname, args.drafter_runtime, quant=args.quant, max_seq=args.max_seq,
-                            specvocab_k=args.specvocab_k, adapter_ptd=args.adapter_ptd, dtype=args.dtype)
+                            specvocab_k=args.specvocab_k, adapter_ptd=args.adapter_ptd, dtype=args.dtype,
+                            note=lambda s: print(f"omnidraft: {s}", file=sys.stderr))
                if speculative else None)  # first: a missing program fails before the target loads
     target, tok = load_target(args.target, sampling=sampling, verify=verify, dtype=args.dtype,
                               token=read_token(args.token_file) if remote else None,
-                              tokenizer=args.target_tokenizer, fallback=args.fallback_target)
+                              tokenizer=args.target_tokenizer, fallback=args.fallback_target,
+                              runtime=args.target_runtime)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     if not speculative:
         result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,
@@ -338,6 +410,9 @@ def format_metrics(m: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from omnidraft.device.threads import configure_process
+
+    configure_process()  # before torch loads: MKL must not start thread teams inside ExecuTorch's
     args = build_parser().parse_args(argv)
     from transformers.utils import logging as hf_logging
 
@@ -350,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve-target":
             return _cmd_serve(args)
         handler = {"pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
-                   "export": _cmd_export, "export-adapter": _cmd_export_adapter}
+                   "export": _cmd_export, "export-adapter": _cmd_export_adapter, "cost": _cmd_cost}
         return handler[args.command](args)
     except OmniDraftError as err:
         print(f"omnidraft: error: {err}", file=sys.stderr)

@@ -28,6 +28,8 @@ class Session:
     (fixed ``k`` until then). ``log``: append every generation's training record to the log.
     ``drafter_runtime="executorch"``: the drafter runs as the program `omnidraft export` wrote
     for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use.
+    ``target_runtime``: a local target on eager PyTorch or as the program of `omnidraft export
+    --target` (``auto``, the default: the program when one was exported).
     ``verify`` (sampling only): rejection | point-mass; default the strategy's lossless mode
     (modes.py); ``self.lossless`` says whether the chosen one is exact.
     Generations are independent: two ``stream`` generators may be interleaved (an eager drafter
@@ -40,7 +42,8 @@ class Session:
                  sampling: SamplingConfig = SamplingConfig(), target_dtype: str = "bf16",
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "eager",
-                 quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None):
+                 quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None,
+                 target_runtime: str = "auto"):
         from omnidraft.models.loading import load_tokenizer, set_threads
         from omnidraft.pairs.build import load_drafter, load_target
         from omnidraft.train.verlog import VerificationLog
@@ -68,7 +71,7 @@ class Session:
         self.target, self.target_tok = load_target(target, sampling=sampling, verify=self.verify,
                                                    dtype=target_dtype, token=token,
                                                    tokenizer=self.spec.target_tokenizer,
-                                                   record_topk=self.record_topk)
+                                                   record_topk=self.record_topk, runtime=target_runtime)
         self.pair = PairState(self.draft_tok, self.target_tok, self.drafter.vocab_size, self.target.vocab_size,
                               persist=True)
         if not known:  # registered only once both models loaded

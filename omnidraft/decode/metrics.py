@@ -29,6 +29,8 @@ class Metrics:
     wall_s: float = 0.0
     translate_ms: list[float] = field(default_factory=list)  # per step: map + reverse + cache update
     step_ms: list[float] = field(default_factory=list)  # per step: whole round
+    reached: list[int] = field(default_factory=list)  # [i]: rounds that proposed position i with 0..i-1 accepted
+    position_accepted: list[int] = field(default_factory=list)  # [i]: of those, rounds that accepted i
 
     def add(self, r: "Round") -> None:
         """Fold one speculative round in."""
@@ -43,6 +45,12 @@ class Metrics:
         self.drafter_forwards += prop.drafter_forwards
         self.translate_ms.append(r.translate_s * 1e3)
         self.step_ms.append(r.round_s * 1e3)
+        for i in range(min(len(prop.target_ids), r.verdict.accepted + 1)):
+            if i == len(self.reached):
+                self.reached.append(0)
+                self.position_accepted.append(0)
+            self.reached[i] += 1
+            self.position_accepted[i] += i < r.verdict.accepted
         self.prefill_s = r.prefill_s
         self.wall_s = r.elapsed_s
 
@@ -69,6 +77,9 @@ class Metrics:
             "decode_tokens_per_s": round(self.new_tokens / decode_s, 3),
             "translate_ms_median": med(self.translate_ms),
             "step_ms_median": med(self.step_ms),
+            "position_acceptance": [round(a / n, 4) for a, n in zip(self.position_accepted, self.reached)],
+            "position_reached": list(self.reached),
+            "position_accepted": list(self.position_accepted),
             "translate_share_median": (round(statistics.median(
                 t / s for t, s in zip(self.translate_ms, self.step_ms) if s > 0), 5)
                 if self.step_ms else None),

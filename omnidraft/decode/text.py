@@ -31,7 +31,11 @@ def generation_eos_ids(generation_config) -> set[int]:
 
 
 def model_eos_ids(lm) -> set[int]:
-    """The EOS ids of an LM wrapper's underlying Hugging Face model, if it has one."""
+    """The EOS ids an LM wrapper knows: its own ``eos_ids`` (an exported program records them),
+    else those of its underlying Hugging Face model, if it has one."""
+    own = getattr(lm, "eos_ids", None)
+    if own is not None:
+        return set(own)
     return generation_eos_ids(getattr(getattr(lm, "model", None), "generation_config", None))
 
 

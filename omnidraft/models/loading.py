@@ -54,6 +54,9 @@ def set_threads(threads: int | None) -> None:
         if threads < 1:
             raise OmniDraftError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
+        from omnidraft.device.threads import set_program_threads
+
+        set_program_threads(threads)
 
 
 def load_model(ref: str, *, dtype: str = "fp32"):

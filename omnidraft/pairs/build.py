@@ -1,6 +1,7 @@
 """Names to runnable parts: the drafter on its runtime (eager PyTorch or the exported ExecuTorch
-program), and the target (a local model, a remote `omnidraft serve-target`, or a remote one
-that falls back to a local model) with its tokenizer.
+program), and the target (a local model on either runtime, a remote `omnidraft serve-target`, or
+a remote one that falls back to a local model) with its tokenizer. Runtime ``auto`` is the
+ExecuTorch program when one was exported for the model, else eager PyTorch (with a note).
 
 Shared by the CLI and ``Session``; knows the loaders and runtimes, nothing about decoding.
 """
@@ -12,19 +13,39 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.models.loading import load_model, load_tokenizer
 
-DRAFTER_RUNTIMES = ("eager", "executorch")
+DRAFTER_RUNTIMES = ("eager", "executorch", "auto")
+RUNTIMES = DRAFTER_RUNTIMES
+TARGET_QUANT = "8da4w"  # the target program's scheme (bench/results/verify-cost-*.md)
 
 
 def is_remote(target: str) -> bool:
     return target.startswith(("http://", "https://"))
 
 
+def _check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise OmniDraftError(f"unknown runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+
+
+def _resolve(runtime: str, name: str, program, note) -> str:
+    """``auto`` -> executorch when ``program`` (its folder) exists, else eager with a note."""
+    if runtime != "auto":
+        return runtime
+    if (program / "program.pte").is_file():
+        return "executorch"
+    if note:
+        note(f"{name}: no exported program at {program}, running it on eager PyTorch")
+    return "eager"
+
+
 def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max_seq: int = 1024,
-                 specvocab_k: int = 0, adapter_ptd: str | None = None, dtype: str = "fp32") -> LM:
+                 specvocab_k: int = 0, adapter_ptd: str | None = None, dtype: str = "fp32", note=None) -> LM:
     """The drafter ``name`` on ``runtime``: ``executorch`` runs the program `omnidraft export`
     wrote for (quant, max_seq, specvocab_k) with ``adapter_ptd`` (default its zero adapter)."""
-    if runtime not in DRAFTER_RUNTIMES:
-        raise OmniDraftError(f"unknown drafter runtime {runtime!r}", f"use {' or '.join(DRAFTER_RUNTIMES)}")
+    from omnidraft.export.layout import program_dir
+
+    _check_runtime(runtime)
+    runtime = _resolve(runtime, name, program_dir(name, quant, max_seq, specvocab_k), note)
     if runtime == "executorch":
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.export.layout import find_program
@@ -33,15 +54,33 @@ def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max
     return load_model(name, dtype=dtype)
 
 
+def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT, max_seq: int = 1024,
+                 dtype: str = "bf16", note=None) -> LM:
+    """The target model ``name`` on ``runtime`` (``executorch``: its target program from
+    `omnidraft export --target`, every position's logits)."""
+    from omnidraft.export.layout import program_dir
+
+    _check_runtime(runtime)
+    prog = program_dir(name, quant, max_seq, role="target")
+    if _resolve(runtime, name, prog, note) == "executorch":
+        from omnidraft.device.runtime import ExecuTorchLM
+
+        if not (prog / "program.pte").is_file():
+            raise OmniDraftError(f"no exported {quant} target program of {name} with max_seq {max_seq}",
+                                 f"run `omnidraft export --target {name} --quant {quant} --max-seq {max_seq}`")
+        return ExecuTorchLM(prog, name=name)
+    return load_model(name, dtype=dtype)
+
+
 def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str = "bf16",
                 token: str | None = None, tokenizer: str | None = None, fallback: str | None = None,
-                record_topk: int = 0):
+                record_topk: int = 0, runtime: str = "eager", note=None):
     """(target, its tokenizer). A local ``ref`` loads the model (the decode loop verifies it
-    in-process); an http(s) URL is a RemoteTarget (bearer ``token``; ``tokenizer`` defaults to
+    in-process, on ``runtime``); an http(s) URL is a RemoteTarget (bearer ``token``; ``tokenizer`` defaults to
     the fallback's, else the model name the server reports), wrapped to continue on the local
     model ``fallback`` when the server is unreachable."""
     if not is_remote(ref):
-        return load_model(ref, dtype=dtype), load_tokenizer(tokenizer or ref)
+        return local_target(ref, runtime, dtype=dtype, note=note), load_tokenizer(tokenizer or ref)
     from omnidraft.decode.target import LocalTarget
     from omnidraft.serve.remote import FallbackTarget, RemoteTarget
 

@@ -217,3 +217,29 @@ def test_results_and_json_say_lossless(cross):
                                   sampling=t1, verify_mode="rejection")
     assert (exact.lossless, exact.metrics["verify"]) == (True, "point-mass")
     assert (approx.lossless, approx.metrics["verify"]) == (False, "rejection")
+
+
+def test_position_acceptance_counts_each_position_given_the_ones_before(cross):
+    """position_acceptance[i] = rounds accepting draft position i / rounds that proposed it with
+    positions 0..i-1 accepted (what the cost model's per-position rates are); position 0 is
+    reached by every round that proposed anything, so its rate ties to the overall counts."""
+    d, t, pair = cross
+    out = generate_speculative(d, t, pair, PROMPTS[0], cfg=SpecConfig("omnidraft", k=4), max_new_tokens=30)
+    m = out.metrics
+    rates = m["position_acceptance"]
+    assert rates and all(0.0 <= r <= 1.0 for r in rates) and len(rates) <= 5
+
+
+def test_metrics_position_counters():
+    from types import SimpleNamespace as NS
+
+    from omnidraft.decode.metrics import Metrics
+
+    m = Metrics("omnidraft")
+    for proposed, accepted in ((4, 4), (4, 1), (3, 0), (0, 0), (2, 2)):
+        prop = NS(target_ids=list(range(proposed)), ngram_count=0, from_cache=[False] * proposed, drafter_forwards=proposed)
+        m.add(NS(committed=[0] * (accepted + 1), proposal=prop, verdict=NS(accepted=accepted), translate_s=0.0,
+                 round_s=0.01, prefill_s=0.0, elapsed_s=0.1))
+    # position 0: reached by the 4 rounds that proposed something, accepted in 3
+    assert m.reached == [4, 3, 1, 1] and m.position_accepted == [3, 2, 1, 1]
+    assert m.summary()["position_acceptance"] == [0.75, 0.6667, 1.0, 1.0]

@@ -1,0 +1,134 @@
+"""The cost model: what a speculative round costs on this machine, and which draft length pays.
+
+A round drafts k tokens (k drafter forwards), verifies them in one target call of k+1 tokens and
+commits the accepted prefix plus one target token. With ``v(n)`` the target's time for an
+n-token call, ``c`` the drafter's time per token and ``a_i`` the probability that draft position
+i is accepted given that positions before it were, the expected tokens per round are
+``1 + sum_j prod_{i<=j} a_i`` and the pair's speed ``E[tokens] / (v(k+1) + k c + t)`` (t: the
+measured translation time per round). Plain decoding runs at ``1 / v(1)``; ``choose`` picks the
+k that maximises the pair's speed and k = 0 (the target alone) when no k beats plain decoding.
+
+Measurements go through the runtimes' own ``extend``/``rollback`` (the calls verification and
+drafting make). Knows the LM protocol and /proc/cpuinfo; nothing about tokenizers or strategies.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+from omnidraft.errors import OmniDraftError
+
+CONTEXT = 64  # tokens in the cache before a timed call (a short prompt's worth)
+
+
+def cpu_info() -> dict:
+    """This CPU's model name, the SIMD flags that decide kernel speeds, and cores."""
+    from omnidraft.device.threads import physical_cores
+
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    keep = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
+    return {"model": model, "flags": keep, "cores": physical_cores(),
+            "native_bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16"))}
+
+
+def time_calls(lm, width: int, reps: int = 7, context: int = CONTEXT) -> float:
+    """Median ms of ``lm.extend`` of ``width`` tokens after ``context`` cached tokens, rolled back
+    after each call (the cache holds the same state for every call). The first call is a warm-up."""
+    if context + width > lm.max_length:
+        raise OmniDraftError(f"{lm.name}: {context + width} tokens exceed its context of {lm.max_length}")
+    vocab = lm.vocab_size
+    base = [(100 + i * 37) % vocab for i in range(context)]
+    lm.prefill(base)
+    ids = [(500 + i) % vocab for i in range(width)]
+    last_only = not _all_rows(lm)  # a drafter program computes the last row only
+    times = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        lm.extend(ids, last_only=last_only)
+        times.append((time.perf_counter() - t0) * 1e3)
+        lm.rollback(width)
+    return statistics.median(times[1:])
+
+
+def _all_rows(lm) -> bool:
+    """Whether ``lm`` returns every position's logits (what a verifying target must)."""
+    info = getattr(lm, "info", None)
+    return info is None or info.role == "target"
+
+
+@dataclass
+class CostModel:
+    """v(n) in ms by call width, the drafter's ms per token, translation ms per round."""
+
+    verify_ms: dict[int, float]
+    drafter_ms: float
+    translate_ms: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def v(self, n: int) -> float:
+        """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
+        ws = sorted(self.verify_ms)
+        if n in self.verify_ms:
+            return self.verify_ms[n]
+        if len(ws) == 1:
+            return self.verify_ms[ws[0]] * n / ws[0]
+        below = [w for w in ws if w < n]
+        above = [w for w in ws if w > n]
+        if not below:
+            lo, hi = ws[0], ws[1]
+        elif not above:  # past the widest: the slope of the last two points
+            lo, hi = ws[-2], ws[-1]
+        else:
+            lo, hi = below[-1], above[0]
+        slope = (self.verify_ms[hi] - self.verify_ms[lo]) / (hi - lo)
+        return self.verify_ms[lo] + slope * (n - lo)
+
+    @staticmethod
+    def expected_tokens(accept: list[float], k: int) -> float:
+        """Tokens committed per round with k drafted: 1 + sum_j prod_{i<=j} a_i (a_i for i past
+        the measured positions: the last measured rate)."""
+        total, run = 1.0, 1.0
+        for i in range(k):
+            a = accept[min(i, len(accept) - 1)] if accept else 0.0
+            run *= a
+            total += run
+        return total
+
+    def tokens_per_s(self, accept: list[float], k: int) -> float:
+        if k == 0:
+            return 1e3 / self.v(1)
+        return 1e3 * self.expected_tokens(accept, k) / (self.v(k + 1) + k * self.drafter_ms + self.translate_ms)
+
+    def choose(self, accept: list[float], k_max: int = 8) -> tuple[int, float]:
+        """(the best k in 0..k_max, its predicted tokens/s); 0 = plain decoding wins."""
+        best = max(range(k_max + 1), key=lambda k: self.tokens_per_s(accept, k))
+        return best, self.tokens_per_s(accept, best)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(target, drafter=None, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 16), reps: int = 7,
+            progress=None) -> CostModel:
+    """Time ``target`` (an LM) at each width and ``drafter`` (an LM) per token."""
+    verify = {}
+    for w in widths:
+        verify[w] = round(time_calls(target, w, reps), 3)
+        if progress:
+            progress(f"verify width {w}: {verify[w]:.1f} ms")
+    drafter_ms = round(time_calls(drafter, 1, reps), 3) if drafter is not None else 0.0
+    if progress and drafter is not None:
+        progress(f"drafter: {drafter_ms:.1f} ms per token")
+    return CostModel(verify_ms=verify, drafter_ms=drafter_ms)

@@ -1,0 +1,144 @@
+"""The pair on the device (#23): the ExecuTorch drafter program and the ExecuTorch target program
+against the target program alone, with the draft length the cost model chooses on this CPU.
+
+1. cost: the target's v(n) and the drafter's ms per token (pairs/cost.py, the `omnidraft cost` path);
+2. calibration on prompts not measured later (k = --k-calibrate): per-position acceptance and
+   translation ms per round;
+3. k = the cost model's choice (0 = the target alone), with its predicted tokens/s;
+4. code and chat prompts, interleaved per prompt: the target alone, then the pair at k (greedy;
+   the pair's output must equal the program's own, token for token).
+`--before` runs the programs as before #23's fix (torch loaded first, MKL teams inside
+ExecuTorch's pool) for the before/after comparison.
+
+  python scripts/bench_device_pair.py --target qwen2.5-coder-0.5b --code 6 --chat 6
+Writes bench/results/device-pair[-before]-<stamp>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+class _bare:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main() -> int:
+    before = "--before" in sys.argv
+    if before:
+        import torch  # noqa: F401 - first: MKL keeps its per-thread teams (the state before #23)
+
+        from omnidraft.device import runtime
+
+        runtime.program_call = _bare
+    else:
+        from omnidraft.device.threads import configure_process
+
+        configure_process()
+    import benchio
+    import benchsetup
+
+    ap = benchsetup.parser(__doc__, dtype="--dtype", k=False)
+    ap.add_argument("--before", action="store_true", help="run as before #23's fix")
+    ap.add_argument("--code", type=int, default=6)
+    ap.add_argument("--chat", type=int, default=6)
+    ap.add_argument("--calibrate", type=int, default=4, help="calibration prompts (half code, half chat)")
+    ap.add_argument("--k-calibrate", type=int, default=5)
+    ap.add_argument("--k-max", type=int, default=8)
+    ap.add_argument("--quant", default="8da4w", help="the target program's scheme")
+    args = ap.parse_args()
+    args.max_new_tokens = 64 if "--max-new-tokens" not in sys.argv else args.max_new_tokens
+    benchsetup.start(args.threads)
+    log = benchsetup.logger("device-pair" + ("-before" if before else ""))
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.models.loading import load_tokenizer
+    from omnidraft.pairs.build import load_drafter, local_target
+    from omnidraft.pairs.cost import cpu_info, measure
+    from omnidraft.propose.config import SpecConfig
+    from omnidraft.translate.state import PairState
+
+    drafter = load_drafter(args.drafter, "executorch")
+    target = local_target(args.target, "executorch", quant=args.quant)
+    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
+    pair = PairState(dtok, ttok, drafter.vocab_size, target.vocab_size)
+    model = measure(target, drafter, tuple(range(1, args.k_max + 2)), progress=log)
+
+    half = args.calibrate // 2
+    calib = benchsetup.prompt_mix(half, args.calibrate - half, code_start=40, chat_start=12)
+    reached, accepted, translate = [0] * args.k_calibrate, [0] * args.k_calibrate, []
+    for p, chat in calib:  # every calibration prompt's rounds, counted together
+        m = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_calibrate),
+                                 max_new_tokens=args.max_new_tokens, chat=chat).metrics
+        for i, (n, a) in enumerate(zip(m["position_reached"], m["position_accepted"])):
+            if i < args.k_calibrate:
+                reached[i] += n
+                accepted[i] += a
+        translate.append(m["translate_ms_median"] or 0.0)
+    accept = [a / n for a, n in zip(accepted, reached) if n]
+    model.translate_ms = round(sum(translate) / max(len(translate), 1), 3)
+    k, predicted = model.choose(accept, args.k_max)
+    log(f"per-position acceptance {[round(a, 3) for a in accept]}; cost model: k={k}, predicted "
+        f"{predicted:.2f} tokens/s vs {model.tokens_per_s(accept, 0):.2f} alone")
+
+    sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
+    rows, report = [], benchio.stamp_report(cpu=cpu_info(), before_fix=before, cost=model.to_dict(),
+                                            position_acceptance=accept, k=k, predicted_tokens_per_s=predicted,
+                                            sets={})
+    for name, prompts in sets.items():
+        alone, pair_t = benchio.Tally(), benchio.Tally()
+        forwards = 0
+        for i, (p, chat) in enumerate(prompts):
+            ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
+            alone.add(_ar_metrics(ref.metrics))
+            if k == 0:
+                got = ref
+            else:
+                got = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=k),
+                                           max_new_tokens=args.max_new_tokens, chat=chat)
+            m = got.metrics if k else _ar_metrics(ref.metrics)
+            pair_t.add(m, equal=got.token_ids == ref.token_ids)
+            forwards += m.get("target_forwards") or m["new_tokens"]
+            log(f"{name} {i + 1}/{len(prompts)}: alone {ref.metrics['tokens_per_s']:.2f}, pair "
+                f"{m['tokens_per_s']:.2f} tokens/s")
+        row = {"set": name, "prompts": len(prompts), "k": k, "alone_tokens_per_s": alone.tokens_per_s(),
+               "pair_tokens_per_s": pair_t.tokens_per_s(), "ratio": round(pair_t.tokens_per_s() / alone.tokens_per_s(), 3),
+               "predicted_tokens_per_s": round(predicted, 2),
+               "prediction_error": round(predicted / pair_t.tokens_per_s() - 1, 3),
+               "tokens_per_target_forward": round(pair_t.tokens / max(forwards, 1), 3),
+               "acceptance": pair_t.acceptance_rate() if k else None, "equal_to_alone": pair_t.equal}
+        report["sets"][name] = row
+        rows.append(row)
+    cpu = report["cpu"]
+    md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
+          f"Drafter {args.drafter} (ExecuTorch 8da8w), target {args.target} (ExecuTorch {args.quant}, "
+          f"every position's logits); greedy, {args.max_new_tokens} new tokens; "
+          + ("**before #23's fix** (MKL teams inside ExecuTorch's pool)." if before else "after #23's fix."), "",
+          f"Cost model: v(n) ms {model.verify_ms}; drafter {model.drafter_ms} ms/token; translation "
+          f"{model.translate_ms} ms/round; per-position acceptance {[round(a, 3) for a in accept]} "
+          f"-> k = {k} (predicted {predicted:.2f} tokens/s; alone {model.tokens_per_s(accept, 0):.2f}).", ""]
+    md += benchio.table(["prompts", "k", "target alone tok/s", "pair tok/s", "ratio", "predicted tok/s",
+                         "pred. error", "tokens / target forward", "acceptance", "output == alone"],
+                        [[f"{r['set']} ({r['prompts']})", r["k"], r["alone_tokens_per_s"], r["pair_tokens_per_s"],
+                          f"{r['ratio']}x", r["predicted_tokens_per_s"], f"{r['prediction_error']:+.1%}",
+                          r["tokens_per_target_forward"], r["acceptance"], f"{r['equal_to_alone']}/{r['prompts']}"]
+                         for r in rows])
+    benchio.save(args.out, "device-pair" + ("-before" if before else ""),
+                 "The pair on the device: ExecuTorch drafter + ExecuTorch target", report, md)
+    return 0
+
+
+def _ar_metrics(m: dict) -> dict:
+    return {**m, "proposed": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
+            "steps": m.get("steps") or m["new_tokens"], "ngram_proposed": m.get("ngram_proposed") or 0,
+            "target_forwards": m.get("target_forwards") or m["new_tokens"]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The cost model (pairs/cost.py): expected tokens per round, the choice of k (0 when no draft
+length beats plain decoding), v(n) between measured widths, and timing through an LM's own
+extend/rollback without disturbing its cache."""
+
+import pytest
+
+from omnidraft.cli import main
+from omnidraft.pairs.cost import CostModel, cpu_info, time_calls
+
+from ..conftest import tiny
+
+
+def test_expected_tokens_per_round():
+    assert CostModel.expected_tokens([1.0], 3) == 4.0
+    assert CostModel.expected_tokens([0.5], 2) == pytest.approx(1.75)
+    assert CostModel.expected_tokens([0.8, 0.5], 3) == pytest.approx(1 + 0.8 + 0.4 + 0.2)
+    assert CostModel.expected_tokens([], 4) == 1.0
+
+
+def test_choose_falls_back_to_plain_decoding_when_verification_does_not_batch():
+    """v(n) = n * v(1) (an AVX2 CPU on transformers, say): no k pays, whatever the acceptance."""
+    linear = CostModel({n: 10.0 * n for n in (1, 2, 4, 8)}, drafter_ms=1.0)
+    k, tps = linear.choose([0.9], k_max=6)
+    assert k == 0 and tps == pytest.approx(100.0)
+
+
+def test_choose_drafts_when_verification_is_cheap():
+    flat = CostModel({1: 10.0, 2: 10.5, 4: 11.0, 8: 14.0}, drafter_ms=1.0)
+    k, tps = flat.choose([0.8], k_max=8)
+    assert k > 0 and tps > 1e3 / 10.0
+    assert tps == pytest.approx(max(flat.tokens_per_s([0.8], j) for j in range(9)))
+    worse = CostModel(flat.verify_ms, drafter_ms=1.0, translate_ms=50.0)  # a slow translator
+    assert worse.choose([0.8])[0] == 0
+
+
+def test_verify_time_between_and_past_measured_widths():
+    m = CostModel({1: 10.0, 4: 16.0, 8: 24.0}, drafter_ms=0.0)
+    assert m.v(2) == pytest.approx(12.0) and m.v(6) == pytest.approx(20.0)
+    assert m.v(10) == pytest.approx(28.0)  # the last slope, extended
+
+
+def test_timing_leaves_the_cache_as_it_was():
+    from omnidraft.models.eager import CausalLM
+
+    lm = CausalLM(tiny("llama", 300))
+    ms = time_calls(lm, 4, reps=3, context=16)
+    assert ms > 0 and lm.length == 16
+
+
+def test_cpu_info_names_the_flags():
+    info = cpu_info()
+    assert info["cores"] >= 1 and isinstance(info["flags"], list)
+    assert info["native_bf16"] in (True, False)
+
+
+def test_cost_command_rejects_bad_widths(capsys):
+    assert main(["cost", "--target", "qwen2.5-coder-0.5b", "--widths", "1,x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--widths" in err[0]
