@@ -52,6 +52,7 @@ def main() -> int:
     ap.add_argument("--calibrate", type=int, default=4, help="calibration prompts (half code, half chat)")
     ap.add_argument("--k-calibrate", type=int, default=5)
     ap.add_argument("--k-max", type=int, default=8)
+    ap.add_argument("--fixed-k", type=int, default=3, help="also run the pair at this k")
     ap.add_argument("--quant", default="8da4w", help="the target program's scheme")
     args = ap.parse_args()
     args.max_new_tokens = 64 if "--max-new-tokens" not in sys.argv else args.max_new_tokens
@@ -88,33 +89,43 @@ def main() -> int:
         f"{predicted:.2f} tokens/s vs {model.tokens_per_s(accept, 0):.2f} alone")
 
     sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
+    ks = sorted({k, args.fixed_k})  # the cost model's choice, and a fixed k for comparison
     rows, report = [], benchio.stamp_report(cpu=cpu_info(), before_fix=before, cost=model.to_dict(),
                                             position_acceptance=accept, k=k, predicted_tokens_per_s=predicted,
-                                            sets={})
+                                            rows=[])
     for name, prompts in sets.items():
-        alone, pair_t = benchio.Tally(), benchio.Tally()
-        forwards = 0
-        for i, (p, chat) in enumerate(prompts):
+        alone = benchio.Tally()
+        tallies = {j: benchio.Tally() for j in ks}
+        forwards = dict.fromkeys(ks, 0)
+        decode = {j: [0, 0.0] for j in ["alone", *ks]}  # new tokens, seconds after the prefill
+        for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, then each k
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             alone.add(_ar_metrics(ref.metrics))
-            if k == 0:
-                got = ref
-            else:
-                got = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=k),
-                                           max_new_tokens=args.max_new_tokens, chat=chat)
-            m = got.metrics if k else _ar_metrics(ref.metrics)
-            pair_t.add(m, equal=got.token_ids == ref.token_ids)
-            forwards += m.get("target_forwards") or m["new_tokens"]
-            log(f"{name} {i + 1}/{len(prompts)}: alone {ref.metrics['tokens_per_s']:.2f}, pair "
-                f"{m['tokens_per_s']:.2f} tokens/s")
-        row = {"set": name, "prompts": len(prompts), "k": k, "alone_tokens_per_s": alone.tokens_per_s(),
-               "pair_tokens_per_s": pair_t.tokens_per_s(), "ratio": round(pair_t.tokens_per_s() / alone.tokens_per_s(), 3),
-               "predicted_tokens_per_s": round(predicted, 2),
-               "prediction_error": round(predicted / pair_t.tokens_per_s() - 1, 3),
-               "tokens_per_target_forward": round(pair_t.tokens / max(forwards, 1), 3),
-               "acceptance": pair_t.acceptance_rate() if k else None, "equal_to_alone": pair_t.equal}
-        report["sets"][name] = row
-        rows.append(row)
+            decode["alone"][0] += ref.metrics["new_tokens"]
+            decode["alone"][1] += ref.metrics["wall_s"] - ref.metrics["prefill_s"]
+            for j in ks:
+                got = ref if j == 0 else generate_speculative(
+                    drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=j),
+                    max_new_tokens=args.max_new_tokens, chat=chat)
+                m = _ar_metrics(got.metrics)
+                tallies[j].add(m, equal=got.token_ids == ref.token_ids)
+                forwards[j] += m["target_forwards"]
+                decode[j][0] += m["new_tokens"]
+                decode[j][1] += m["wall_s"] - m["prefill_s"]
+            log(f"{name} {i + 1}/{len(prompts)}: alone {ref.metrics['tokens_per_s']:.2f} tokens/s")
+        for j in ks:
+            t = tallies[j]
+            pred = model.tokens_per_s(accept, j)
+            dec = round(decode[j][0] / decode[j][1], 3)
+            rows.append({"set": name, "prompts": len(prompts), "k": j, "chosen": j == k,
+                         "alone_tokens_per_s": alone.tokens_per_s(), "pair_tokens_per_s": t.tokens_per_s(),
+                         "ratio": round(t.tokens_per_s() / alone.tokens_per_s(), 3),
+                         "predicted_tokens_per_s": round(pred, 2),
+                         "alone_decode_tokens_per_s": round(decode["alone"][0] / decode["alone"][1], 3),
+                         "pair_decode_tokens_per_s": dec, "prediction_error": round(pred / dec - 1, 3),
+                         "tokens_per_target_forward": round(t.tokens / max(forwards[j], 1), 3),
+                         "acceptance": t.acceptance_rate() if j else None, "equal_to_alone": t.equal})
+    report["rows"] = rows
     cpu = report["cpu"]
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
           f"Drafter {args.drafter} (ExecuTorch 8da8w), target {args.target} (ExecuTorch {args.quant}, "
@@ -122,13 +133,18 @@ def main() -> int:
           + ("**before #23's fix** (MKL teams inside ExecuTorch's pool)." if before else "after #23's fix."), "",
           f"Cost model: v(n) ms {model.verify_ms}; drafter {model.drafter_ms} ms/token; translation "
           f"{model.translate_ms} ms/round; per-position acceptance {[round(a, 3) for a in accept]} "
-          f"-> k = {k} (predicted {predicted:.2f} tokens/s; alone {model.tokens_per_s(accept, 0):.2f}).", ""]
-    md += benchio.table(["prompts", "k", "target alone tok/s", "pair tok/s", "ratio", "predicted tok/s",
-                         "pred. error", "tokens / target forward", "acceptance", "output == alone"],
-                        [[f"{r['set']} ({r['prompts']})", r["k"], r["alone_tokens_per_s"], r["pair_tokens_per_s"],
-                          f"{r['ratio']}x", r["predicted_tokens_per_s"], f"{r['prediction_error']:+.1%}",
-                          r["tokens_per_target_forward"], r["acceptance"], f"{r['equal_to_alone']}/{r['prompts']}"]
-                         for r in rows])
+          f"-> k = {k} (predicted {predicted:.2f} tokens/s; alone {model.tokens_per_s(accept, 0):.2f}). "
+          f"k = 0 is the target alone. Rows at k = {args.fixed_k} show what a fixed draft length gives.", ""]
+    md += ["tok/s: new tokens over the whole generation (prefill included); decode tok/s: after the prefill "
+           "(what the cost model predicts).", ""]
+    md += benchio.table(["prompts", "k", "target alone tok/s", "pair tok/s", "ratio", "alone decode tok/s",
+                         "pair decode tok/s", "predicted decode tok/s", "pred. error", "tokens / target forward",
+                         "acceptance", "output == alone"],
+                        [[f"{r['set']} ({r['prompts']})", f"{r['k']}" + (" (cost model)" if r["chosen"] else ""),
+                          r["alone_tokens_per_s"], r["pair_tokens_per_s"], f"{r['ratio']}x",
+                          r["alone_decode_tokens_per_s"], r["pair_decode_tokens_per_s"], r["predicted_tokens_per_s"],
+                          f"{r['prediction_error']:+.1%}", r["tokens_per_target_forward"], r["acceptance"],
+                          f"{r['equal_to_alone']}/{r['prompts']}"] for r in rows])
     benchio.save(args.out, "device-pair" + ("-before" if before else ""),
                  "The pair on the device: ExecuTorch drafter + ExecuTorch target", report, md)
     return 0
