@@ -412,8 +412,9 @@ def format_metrics(m: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     from omnidraft.device.threads import configure_process
 
-    configure_process()  # before torch loads: MKL must not start thread teams inside ExecuTorch's
     args = build_parser().parse_args(argv)
+    if args.command != "serve-target":  # the server verifies on an eager model in worker threads
+        configure_process()  # before torch loads: MKL must not start thread teams inside ExecuTorch's
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars; our own progress lines stay
