@@ -53,7 +53,7 @@ def main() -> int:
     ap.add_argument("--k-calibrate", type=int, default=5)
     ap.add_argument("--k-max", type=int, default=8)
     ap.add_argument("--fixed-k", type=int, default=3, help="also run the pair at this k")
-    ap.add_argument("--quant", default="8da4w", help="the target program's scheme")
+    ap.add_argument("--quant", default="8da8w", help="the target program's scheme")
     args = ap.parse_args()
     args.max_new_tokens = 64 if "--max-new-tokens" not in sys.argv else args.max_new_tokens
     benchsetup.start(args.threads)

@@ -15,7 +15,7 @@ from omnidraft.models.loading import load_model, load_tokenizer
 
 DRAFTER_RUNTIMES = ("eager", "executorch", "auto")
 RUNTIMES = DRAFTER_RUNTIMES
-TARGET_QUANT = "8da4w"  # the target program's scheme (bench/results/verify-cost-*.md)
+TARGET_QUANT = "8da8w"  # the target program's scheme on AVX2: bench/results/verify-cost-20261123-2209.md
 
 
 def is_remote(target: str) -> bool:
