@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from omnidraft.errors import OmniDraftError
 
@@ -75,7 +75,6 @@ class CostModel:
     verify_ms: dict[int, float]
     drafter_ms: float
     translate_ms: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
