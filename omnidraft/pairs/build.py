@@ -27,15 +27,19 @@ def _check_runtime(runtime: str) -> None:
         raise OmniDraftError(f"unknown runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
 
 
-def _resolve(runtime: str, name: str, program, note) -> str:
-    """``auto`` -> executorch when ``program`` (its folder) exists, else eager with a note."""
+def _resolve(runtime: str, program) -> str:
+    """``auto`` -> executorch when ``program`` (its folder) holds one, else eager."""
     if runtime != "auto":
         return runtime
-    if (program / "program.pte").is_file():
-        return "executorch"
-    if note:
+    return "executorch" if (program / "program.pte").is_file() else "eager"
+
+
+def _eager(name: str, dtype: str, runtime: str, program, note) -> LM:
+    """The eager model; with ``auto``, a note once it loaded (an unknown name is the error)."""
+    lm = load_model(name, dtype=dtype)
+    if runtime == "auto" and note:
         note(f"{name}: no exported program at {program}, running it on eager PyTorch")
-    return "eager"
+    return lm
 
 
 def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max_seq: int = 1024,
@@ -45,13 +49,13 @@ def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max
     from omnidraft.export.layout import program_dir
 
     _check_runtime(runtime)
-    runtime = _resolve(runtime, name, program_dir(name, quant, max_seq, specvocab_k), note)
-    if runtime == "executorch":
+    prog = program_dir(name, quant, max_seq, specvocab_k)
+    if _resolve(runtime, prog) == "executorch":
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.export.layout import find_program
 
         return ExecuTorchLM(find_program(name, quant, max_seq, specvocab_k), adapter_ptd, name=name)
-    return load_model(name, dtype=dtype)
+    return _eager(name, dtype, runtime, prog, note)
 
 
 def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT, max_seq: int = 1024,
@@ -62,14 +66,14 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
 
     _check_runtime(runtime)
     prog = program_dir(name, quant, max_seq, role="target")
-    if _resolve(runtime, name, prog, note) == "executorch":
+    if _resolve(runtime, prog) == "executorch":
         from omnidraft.device.runtime import ExecuTorchLM
 
         if not (prog / "program.pte").is_file():
             raise OmniDraftError(f"no exported {quant} target program of {name} with max_seq {max_seq}",
                                  f"run `omnidraft export --target {name} --quant {quant} --max-seq {max_seq}`")
         return ExecuTorchLM(prog, name=name)
-    return load_model(name, dtype=dtype)
+    return _eager(name, dtype, runtime, prog, note)
 
 
 def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str = "bf16",
