@@ -17,17 +17,11 @@ Writes bench/results/device-pair[-before]-<stamp>.{json,md}.
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-class _bare:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main() -> int:
@@ -37,7 +31,7 @@ def main() -> int:
 
         from omnidraft.device import runtime
 
-        runtime.program_call = _bare
+        runtime.program_call = nullcontext
     else:
         from omnidraft.device.threads import configure_process
 
