@@ -27,8 +27,9 @@ class ExecuTorchLM:
     write position (the program attends only to positions before the one it writes).
 
     ``extend`` returns logits, the last hidden state [1, H] and the head's P(accept) of the
-    greedy next token [1]. A target program returns every position's logits [k, V]; a drafter's
-    returns the last position's only, so its multi-token calls need ``last_only``.
+    greedy next token [1]. A target program returns every position's logits [k, V] (the last
+    one's with ``last_only``: a prefill computes one LM-head row); a drafter's returns the last
+    position's only, so its multi-token calls need ``last_only``.
     """
 
     scores_accept = True  # the program's third output is the acceptance head's P(accept)
@@ -122,14 +123,13 @@ class ExecuTorchLM:
             raise OmniDraftError(
                 f"{self.name}: {self.length + k} tokens exceed the program's cache of {self.max_length}",
                 "shorten the prompt or generation, or re-export with a larger --max-seq")
+        inputs = [torch.tensor([ids], dtype=torch.long),  # [1, k]
+                  torch.tensor([self.length], dtype=torch.long)]  # [1]
+        if every:  # [R]: the positions whose logits the program computes
+            inputs.append(torch.tensor([k - 1]) if last_only else torch.arange(k))
         with program_call():
-            logits, hid, accept = self.method.execute([
-                torch.tensor([ids], dtype=torch.long),  # [1, k]
-                torch.tensor([self.length], dtype=torch.long),  # [1]
-            ])  # logits [k, V] (target) or [1, V]
+            logits, hid, accept = self.method.execute(inputs)  # logits [k or 1, V]
         self.tokens.extend(int(t) for t in ids)
-        if every and last_only:
-            logits = logits[-1:]
         return Forward(logits=logits, hidden=hid if hidden else None, accept=accept)
 
     def prefill(self, ids: list[int], *, hidden: bool = False) -> Forward:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
 
-FORMAT = 2
+FORMAT = 3  # 3: a target program takes the positions whose logits to return and is batch-invariant
+DRAFTER_FORMATS = (2, 3)  # drafter programs did not change from format 2
 
 
 @dataclass
@@ -46,7 +47,8 @@ class ProgramInfo:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as err:
             raise OmniDraftError(f"cannot read {path}: {err}", "re-run `omnidraft export`") from err
-        if data.get("format") != FORMAT:
-            raise OmniDraftError(f"{path} has format {data.get('format')}, expected {FORMAT}",
+        role = data.get("config", {}).get("role", "drafter")
+        if data.get("format") not in ((FORMAT,) if role == "target" else DRAFTER_FORMATS):
+            raise OmniDraftError(f"{path} ({role} program) has format {data.get('format')}, expected {FORMAT}",
                                  "re-run `omnidraft export`")
         return cls(**data)

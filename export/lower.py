@@ -143,9 +143,13 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         ids = torch.zeros(1, 4, dtype=torch.long)  # [1, T]
         pos = torch.zeros(1, dtype=torch.long)  # [1]
         seq = torch.export.Dim("T", min=1, max=cfg.max_seq)
+        args, dims = (ids, pos), ({1: seq}, None)
+        if program.all_logits:  # rows [R]: which of the T positions' logits to return
+            rows = torch.export.Dim("R", min=1, max=cfg.max_seq)
+            args, dims = (*args, torch.tensor([2, 3])), (*dims, {0: rows})
         log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], max_seq {cfg.max_seq}")
         with torch.no_grad():
-            ep = torch.export.export(program, (ids, pos), dynamic_shapes=({1: seq}, None), strict=True)
+            ep = torch.export.export(program, args, dynamic_shapes=dims, strict=True)
         fqns = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
         for node in ep.graph.nodes:  # XNNPACK writes constants tagged so to the .ptd, not the .pte
             if node.op == "placeholder" and is_adapter_param(fqns.get(node.name, "")):
@@ -233,15 +237,16 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
 
 def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
                   log: Callable[[str], None] = print) -> ProgramInfo:
-    """``lm`` (fp32 HF causal LM) as a verifying program: base weights quantised, no LoRA, every
-    position's logits. (An untrained acceptance head rides along, so drafter and target programs
+    """``lm`` (fp32 HF causal LM) as a verifying program: base weights quantised, no LoRA, the
+    logits of as many trailing positions as asked, batch-invariant (a position's logits do not
+    depend on the call's width, so verifying equals decoding one token at a time). (An untrained acceptance head rides along, so drafter and target programs
     load and run through the same ``ExecuTorchLM``.)"""
     from omnidraft.train.acceptance import AcceptanceHead
 
     if cfg.role != "target":
         raise OmniDraftError("export_target needs ExportConfig(role='target')")
     program = DraftProgram(lm, AcceptanceHead(lm.config.hidden_size, cfg.head_width), cfg.max_seq,
-                           all_logits=True)
+                           all_logits=True, batch_invariant=True)
     quantize(program, cfg.quant, cfg.group_size)
     return lower(program, out_dir, cfg, log)
 

@@ -48,6 +48,27 @@ def _register_attention() -> None:
     AttentionInterface.register(ATTENTION, _et_attention)
 
 
+def _masked_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, positions: torch.Tensor,
+                 scaling: float) -> torch.Tensor:
+    """Causal attention of q [1, T, Hq, D] (at ``positions`` [T]) over the whole static cache
+    kc, vc [1, S, Hkv, D], cache slots after a query's position masked out. Every query row is a
+    separate row of fixed length S in each product and in the softmax, so a position gets the
+    same numbers bit for bit whether it is computed alone or inside a wider call (custom_sdpa
+    takes another path for T > 1). Returns [1, T, Hq, D]."""
+    n_kv, d = kc.shape[2], kc.shape[3]
+    group = q.shape[2] // n_kv
+    qg = q.reshape(-1, n_kv, group, d).permute(1, 0, 2, 3).reshape(n_kv, -1, d)  # [Hkv, T*g, D]
+    k = kc[0].permute(1, 2, 0)  # [Hkv, D, S]
+    v = vc[0].permute(1, 0, 2)  # [Hkv, S, D]
+    scores = torch.bmm(qg, k) * scaling  # [Hkv, T*g, S]
+    slots = torch.arange(kc.shape[1])
+    mask = torch.where(slots.unsqueeze(0) <= positions.unsqueeze(1), 0.0, float("-inf"))  # [T, S]
+    scores = scores.reshape(n_kv, -1, group, kc.shape[1]) + mask.unsqueeze(1)  # [Hkv, T, g, S]
+    probs = torch.softmax(scores, dim=-1).reshape(n_kv, -1, kc.shape[1])  # [Hkv, T*g, S]
+    o = torch.bmm(probs, v)  # [Hkv, T*g, D]
+    return o.reshape(n_kv, -1, group, d).permute(1, 0, 2, 3).reshape(1, -1, n_kv * group, d)
+
+
 def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Llama's RMSNorm of x [1, T, H] with the mean taken over a [T, 1, 1, H] view (the only
     mean XNNPACK runs). Returns [1, T, H]."""
@@ -83,8 +104,17 @@ class StaticKV(nn.Module):
 class DraftProgram(nn.Module):
     """``forward(ids [1, T] int64, pos [1] int64)`` writes T tokens into the cache at positions
     pos..pos+T-1 and returns (logits [1, V] float32, hidden [1, H] float32, accept [1] float32)
-    for the last of them; with ``all_logits`` the logits are every position's, [T, V]. Positions
-    past ``pos`` are never attended to, so rolling back is just calling with a smaller ``pos``.
+    for the last of them. With ``all_logits`` (a target) it takes a third input ``rows`` [R]
+    int64, indices into the T positions of this call, and returns their logits [R, V]
+    (verification: every position of the proposal; prefill: the last one). Positions past ``pos`` are never attended
+    to, so rolling back is just calling with a smaller ``pos``.
+
+    ``batch_invariant`` (llama-family layers only): attention as fixed-length masked products
+    (``_masked_sdpa``) instead of ``llama::custom_sdpa``, whose multi-token path rounds
+    differently from its one-token path; per-token int8 activation quantisation turns those
+    last-bit differences into logit differences of ~0.5, so a quantised target's verification
+    would disagree with its own one-token decoding at near-ties. With it, a position's logits
+    are the same bits at any call width.
 
     ``lm``: a Hugging Face causal LM, optionally with peft LoRA layers injected (pass
     ``peft_model.get_base_model()``); its attention is switched to the custom op in place.
@@ -94,8 +124,9 @@ class DraftProgram(nn.Module):
     """
 
     def __init__(self, lm: nn.Module, head: nn.Module, max_seq: int, ranker: nn.Module | None = None,
-                 k_vocab: int = 2048, all_logits: bool = False):
+                 k_vocab: int = 2048, all_logits: bool = False, batch_invariant: bool = False):
         super().__init__()
+        self.batch_invariant = batch_invariant
         if all_logits and ranker is not None:
             raise OmniDraftError("a SpecVocab LM head computes one position's candidates; it cannot "
                                  "return every position's logits")
@@ -125,6 +156,9 @@ class DraftProgram(nn.Module):
             rot[torch.arange(half), torch.arange(half) + half] = -1.0
             rot[torch.arange(half) + half, torch.arange(half)] = 1.0
         self.register_buffer("rot", rot, persistent=False)
+        if batch_invariant and rot is None:
+            raise OmniDraftError(f"{config.model_type}: a batch-invariant program needs the llama/qwen2 "
+                                 "layer loop", "serve this model on transformers (--target-runtime eager)")
 
     def _llama_layers(self, ids: torch.Tensor, positions: torch.Tensor, start) -> torch.Tensor:
         """The decoder on ids [1, T] at positions [1, T] -> final-norm hidden states [1, T, H].
@@ -145,12 +179,15 @@ class DraftProgram(nn.Module):
             kc, vc = getattr(self.kv, f"k_{i}"), getattr(self.kv, f"v_{i}")  # [1, max_seq, Hkv, D]
             torch.ops.llama.update_cache(k, kc, start)
             torch.ops.llama.update_cache(v, vc, start)
-            o = torch.ops.llama.custom_sdpa(q, kc, vc, start, None, 0.0, True, attn.scaling)  # [1, T, Hq, D]
+            if self.batch_invariant:
+                o = _masked_sdpa(q, kc, vc, positions[0], attn.scaling)  # [1, T, Hq, D]
+            else:
+                o = torch.ops.llama.custom_sdpa(q, kc, vc, start, None, 0.0, True, attn.scaling)
             h = h + attn.o_proj(o.reshape(1, -1, self.n_heads * self.head_dim))
             h = h + layer.mlp(_rms_norm(layer.post_attention_layernorm, h))
         return _rms_norm(model.norm, h)
 
-    def forward(self, ids: torch.Tensor, pos: torch.Tensor):
+    def forward(self, ids: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None):
         start = pos[0].item()
         torch._check_is_size(start)
         torch._check(start + ids.shape[1] <= self.max_seq)
@@ -163,7 +200,7 @@ class DraftProgram(nn.Module):
                                    use_cache=True, et_start_pos=start).last_hidden_state  # [1, T, H]
         hidden = states[:, -1, :]  # [1, H]
         if self.all_logits:
-            logits = self.lm.lm_head(states[0]).float()  # [T, V]
+            logits = self.lm.lm_head(states[0].index_select(0, rows)).float()  # [R, V]
         elif self.specvocab_ranker is None:
             logits = self.lm.lm_head(hidden).float()  # [1, V]
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from omnidraft.errors import OmniDraftError
 
@@ -418,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # weight-loading bars; our own progress lines stay
+    # deprecation notes and tracing remarks the libraries address to their own developers
+    warnings.filterwarnings("ignore", module=r"(torch|torchao|executorch|transformers|peft|copyreg)(\.|$)")
     try:
         if args.command == "models":
             return _cmd_models(args)

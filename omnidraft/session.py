@@ -26,10 +26,11 @@ class Session:
     (then ``token`` and, unless the server's model name is a catalog name, ``target_tokenizer``).
     ``gamma``: adaptive drafting with the pair's acceptance head once one is published
     (fixed ``k`` until then). ``log``: append every generation's training record to the log.
-    ``drafter_runtime="executorch"``: the drafter runs as the program `omnidraft export` wrote
-    for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use.
-    ``target_runtime``: a local target on eager PyTorch or as the program of `omnidraft export
-    --target` (``auto``, the default: the program when one was exported).
+    ``drafter_runtime``: ``executorch`` runs the drafter as the program `omnidraft export` wrote
+    for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use; ``eager``
+    on PyTorch; ``auto`` (the default) the program when one was exported and loads, else eager.
+    ``target_runtime``: the same for a local target and the program of `omnidraft export
+    --target`. ``self.drafter_runtime`` / ``self.target_runtime`` say what was chosen.
     ``verify`` (sampling only): rejection | point-mass; default the strategy's lossless mode
     (modes.py); ``self.lossless`` says whether the chosen one is exact.
     Generations are independent: two ``stream`` generators may be interleaved (an eager drafter
@@ -41,7 +42,7 @@ class Session:
                  strategy: str = "omnidraft", k: int = 4, gamma: float | None = None, max_k: int = 8,
                  sampling: SamplingConfig = SamplingConfig(), target_dtype: str = "bf16",
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
-                 record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "eager",
+                 record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "auto",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None,
                  target_runtime: str = "auto"):
         from omnidraft.models.loading import load_tokenizer, set_threads
@@ -64,14 +65,18 @@ class Session:
         self.verify = verify or default_verify_mode(strategy, remote=self.spec.remote)
         self.lossless = is_lossless(strategy, self.verify, sampling)
         self.record_topk = record_topk if log else 0
+        from omnidraft.device.runtime import ExecuTorchLM
+
         self.drafter = load_drafter(drafter, drafter_runtime, quant=quant, max_seq=max_seq)
-        self.drafter_runtime = drafter_runtime
-        self.base = self.drafter if drafter_runtime == "eager" else None  # the eager drafter as loaded
+        self.drafter_runtime = "executorch" if isinstance(self.drafter, ExecuTorchLM) else "eager"
+        self.base = self.drafter if self.drafter_runtime == "eager" else None  # the eager drafter as loaded
         self.draft_tok = load_tokenizer(drafter)
         self.target, self.target_tok = load_target(target, sampling=sampling, verify=self.verify,
                                                    dtype=target_dtype, token=token,
                                                    tokenizer=self.spec.target_tokenizer,
                                                    record_topk=self.record_topk, runtime=target_runtime)
+        self.target_runtime = ("remote" if self.spec.remote else
+                               "executorch" if isinstance(self.target, ExecuTorchLM) else "eager")
         self.pair = PairState(self.draft_tok, self.target_tok, self.drafter.vocab_size, self.target.vocab_size,
                               persist=True)
         if not known:  # registered only once both models loaded

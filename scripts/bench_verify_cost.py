@@ -2,8 +2,9 @@
 position's logits, per target runtime on this CPU, and the drafter's cost per token.
 
 Runtimes per target: the ExecuTorch target program (`omnidraft export --target`) as shipped
-("after": MKL kept out of ExecuTorch's thread pool, device/threads.py) and as it ran before that
-fix ("before": a child process that imports torch first and calls the program bare);
+(batch-invariant attention, MKL kept out of ExecuTorch's thread pool: device/threads.py); with
+``--before-src``, that checkout's program as it ran before #23 (a child process that imports
+torch first and calls it bare) and with its MKL guard (custom_sdpa attention);
 transformers bf16 and fp32; llama.cpp (llama-cpp-python, the packaged GGUF, `eval` with
 logits_all) when the optional `bench` extra is built. Every runtime times the same widths, after
 the same 64 cached tokens, with the cache rolled back after each call (pairs/cost.py
@@ -16,6 +17,7 @@ Writes bench/results/verify-cost-<stamp>.{json,md,png}.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -26,8 +28,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def _before_worker(prog: str, widths: list[int], reps: int, threads: int) -> None:
-    """Child process: the program as it ran before the fix (torch first, no MKL guard)."""
+def _worker(prog: str, widths: list[int], reps: int, threads: int, mode: str) -> None:
+    """Child process on the code of ``--before-src`` (a checkout from before this change, first on
+    PYTHONPATH): ``bare`` times the program as it ran before #23 (torch first, no MKL guard),
+    ``guarded`` with that checkout's MKL guard."""
     import torch  # noqa: F401 - loaded before omnidraft: MKL keeps its per-thread teams
 
     from omnidraft.device import runtime, threads as th
@@ -35,10 +39,10 @@ def _before_worker(prog: str, widths: list[int], reps: int, threads: int) -> Non
 
     th.set_program_threads(threads)
     torch.set_num_threads(threads)
-    runtime.program_call = nullcontext  # the call exactly as before #23
+    if mode == "bare":
+        runtime.program_call = nullcontext  # the call exactly as before #23
     lm = runtime.ExecuTorchLM(prog)
     print(json.dumps({w: time_calls(lm, w, reps) for w in widths}))
-
 
 
 class LlamaCpp:
@@ -63,8 +67,9 @@ class LlamaCpp:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--before-worker":
-        _before_worker(sys.argv[2], [int(w) for w in sys.argv[3].split(",")], int(sys.argv[4]), int(sys.argv[5]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2], [int(w) for w in sys.argv[3].split(",")], int(sys.argv[4]), int(sys.argv[5]),
+                sys.argv[6])
         return 0
     from omnidraft.device.threads import configure_process
 
@@ -77,8 +82,10 @@ def main() -> int:
     ap.add_argument("--widths", default="1,2,3,4,5,6,8,12,16")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quants", default="8da8w,8da4w", help="target program schemes (the first also "
-                    "runs as before the fix)")
+    ap.add_argument("--quants", default="8da8w,8da4w", help="target program schemes")
+    ap.add_argument("--before-src", help="a checkout of the code before the change (e.g. `git worktree add "
+                    "/tmp/before bd9b91f`): its programs time as before #23 and with its MKL guard")
+    ap.add_argument("--before-programs", help="the folder holding that code's target programs")
     ap.add_argument("--no-eager", action="store_true", help="skip transformers (slow on AVX2 CPUs)")
     ap.add_argument("--agreement-prompts", type=int, default=6, help="prompts for top-1 agreement with fp32")
     args = ap.parse_args()
@@ -106,13 +113,17 @@ def main() -> int:
         except ImportError:
             log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp row")
             report.setdefault("absent", []).append("llama.cpp")
-        before = f"executorch {quants[0]} before #23"
-        samples: dict[str, dict[int, list[float]]] = {r: {w: [] for w in widths} for r in [before, *runtimes]}
+        old = Path(args.before_programs or ".") / prog.name
+        workers = {f"executorch {quants[0]} before #23": "bare",
+                   f"executorch {quants[0]} custom_sdpa + MKL guard": "guarded"} if args.before_src else {}
+        samples: dict[str, dict[int, list[float]]] = {r: {w: [] for w in widths} for r in [*workers, *runtimes]}
         for rnd in range(args.rounds):
-            out = subprocess.run([sys.executable, __file__, "--before-worker", str(prog), args.widths,
-                                  str(args.reps), str(args.threads)], capture_output=True, text=True, check=True)
-            for w, ms in json.loads(out.stdout.strip().splitlines()[-1]).items():
-                samples[before][int(w)].append(ms)
+            for row, mode in workers.items():
+                out = subprocess.run([sys.executable, __file__, "--worker", str(old), args.widths, str(args.reps),
+                                      str(args.threads), mode], capture_output=True, text=True, check=True,
+                                     env={**os.environ, "PYTHONPATH": args.before_src})
+                for w, ms in json.loads(out.stdout.strip().splitlines()[-1]).items():
+                    samples[row][int(w)].append(ms)
             for w in widths:
                 for r, lm in runtimes.items():
                     samples[r][w].append(time_calls(lm, w, args.reps))
@@ -138,7 +149,7 @@ def main() -> int:
         md += benchio.table(["runtime", *[f"v({w})" for w in widths], "v(4)/v(1)", "max v(2..8) / v(16)",
                              "tokens/s alone", "top-1 vs fp32"],
                             [[r, *[v[w] for w in widths], _ratio(v, 4, 1), _worst(v), round(1e3 / v[widths[0]], 1),
-                              agree.get(r.removesuffix(" before #23"), "")] for r, v in rows.items()])
+                              agree.get(r, "")] for r, v in rows.items()])
         md.append("")
     md += ["## drafter, ms per token", ""] + benchio.table(["drafter", "ms"], drafter.items())
     if report.get("absent"):

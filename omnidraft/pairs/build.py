@@ -34,12 +34,23 @@ def _resolve(runtime: str, program) -> str:
     return "executorch" if (program / "program.pte").is_file() else "eager"
 
 
-def _eager(name: str, dtype: str, runtime: str, program, note) -> LM:
+def _eager(name: str, dtype: str, runtime: str, program, note, why: str = "") -> LM:
     """The eager model; with ``auto``, a note once it loaded (an unknown name is the error)."""
     lm = load_model(name, dtype=dtype)
     if runtime == "auto" and note:
-        note(f"{name}: no exported program at {program}, running it on eager PyTorch")
+        note(f"{name}: {why or f'no exported program at {program}'}; running it on eager PyTorch")
     return lm
+
+
+def _program(runtime: str, load, fallback):
+    """``load()`` the program; with ``auto``, a program that cannot be loaded (e.g. exported by an
+    older version) is ``fallback(reason)`` instead of an error."""
+    try:
+        return load()
+    except OmniDraftError as err:
+        if runtime != "auto":
+            raise
+        return fallback(f"its program cannot be loaded: {err.problem}")
 
 
 def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max_seq: int = 1024,
@@ -54,7 +65,9 @@ def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.export.layout import find_program
 
-        return ExecuTorchLM(find_program(name, quant, max_seq, specvocab_k), adapter_ptd, name=name)
+        return _program(runtime, lambda: ExecuTorchLM(find_program(name, quant, max_seq, specvocab_k),
+                                                      adapter_ptd, name=name),
+                        lambda why: _eager(name, dtype, runtime, prog, note, why))
     return _eager(name, dtype, runtime, prog, note)
 
 
@@ -72,7 +85,8 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
         if not (prog / "program.pte").is_file():
             raise OmniDraftError(f"no exported {quant} target program of {name} with max_seq {max_seq}",
                                  f"run `omnidraft export --target {name} --quant {quant} --max-seq {max_seq}`")
-        return ExecuTorchLM(prog, name=name)
+        return _program(runtime, lambda: ExecuTorchLM(prog, name=name),
+                        lambda why: _eager(name, dtype, runtime, prog, note, why))
     return _eager(name, dtype, runtime, prog, note)
 
 

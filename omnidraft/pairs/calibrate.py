@@ -32,8 +32,14 @@ def fresh_adapter(session) -> str:
     from omnidraft.train.acceptance import AcceptanceHead
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
-    model = attach_lora(copy.deepcopy(session.base.model), TrainConfig())
-    head = AcceptanceHead(session.base.config.hidden_size)
+    if session.base is not None:
+        base = copy.deepcopy(session.base.model)
+    else:  # the drafter runs as a program: the adapter is made on the eager model
+        from omnidraft.models.loading import load_model
+
+        base = load_model(session.spec.drafter, dtype="fp32").model
+    model = attach_lora(base, TrainConfig())
+    head = AcceptanceHead(base.config.hidden_size)
     return session.store.publish(session.spec.name, model, meta={"fresh": True, "records_through": 0},
                                  extra={"head": head.state_dict()})
 
@@ -91,6 +97,7 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
     vmap = session.pair.vmap
     direct = int((vmap.d2t >= 0).sum())
     report = {"pair": name, "drafter": drafter, "target": target, "adapter": session.version,
+              "runtimes": {"drafter": session.drafter_runtime, "target": session.target_runtime},
               "kept_trained_adapter": kept is not None,
               "vocabulary": {"drafter": len(vmap.d2t), "target": len(vmap.t2d), "shared": direct,
                              "shared_of_drafter": round(direct / len(vmap.d2t), 4),
@@ -107,7 +114,8 @@ def format_report(r: dict) -> str:
     lines = [f"pair {r['pair']}: adapter {r['adapter']}" + (" (kept; --reset starts over)" if r["kept_trained_adapter"] else " (fresh)"),
              f"  vocabulary: drafter {v['drafter']}, target {v['target']}, shared {v['shared']} "
              f"({v['shared_of_drafter']:.1%} of the drafter's, {v['shared_of_target']:.1%} of the target's)",
-             f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned"]
+             f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned",
+             f"  runtimes: drafter {r['runtimes']['drafter']}, target {r['runtimes']['target']}"]
     c = r.get("calibration")
     if c:
         line = f"  calibration on {c['prompts']} prompts: acceptance {c['acceptance_rate']:.3f}, {c['tokens_per_s']:.2f} tokens/s"
