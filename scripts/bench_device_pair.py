@@ -48,11 +48,14 @@ def main() -> int:
     ap.add_argument("--k-max", type=int, default=8)
     ap.add_argument("--fixed-k", type=int, default=3, help="also run the pair at this k")
     ap.add_argument("--quant", default="8da8w", help="the target program's scheme")
+    ap.add_argument("--no-baselines", action="store_true", help="skip llama.cpp and transformers' assisted "
+                    "generation (run per prompt, interleaved, by default)")
     args = ap.parse_args()
     args.max_new_tokens = 64 if "--max-new-tokens" not in sys.argv else args.max_new_tokens
     benchsetup.start(args.threads)
     log = benchsetup.logger("device-pair" + ("-before" if before else ""))
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.cost import cpu_info, measure
@@ -82,6 +85,7 @@ def main() -> int:
     log(f"per-position acceptance {[round(a, 3) for a in accept]}; cost model: k={k}, predicted "
         f"{predicted:.2f} tokens/s vs {model.tokens_per_s(accept, 0):.2f} alone")
 
+    baselines = {} if args.no_baselines else _baselines(args, log)
     sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
     ks = sorted({k, args.fixed_k})  # the cost model's choice, and a fixed k for comparison
     rows, report = [], benchio.stamp_report(cpu=cpu_info(), before_fix=before, cost=model.to_dict(),
@@ -92,7 +96,8 @@ def main() -> int:
         tallies = {j: benchio.Tally() for j in ks}
         forwards = dict.fromkeys(ks, 0)
         decode = {j: [0, 0.0] for j in ["alone", *ks]}  # new tokens, seconds after the prefill
-        for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, then each k
+        base = {b: [0, 0.0] for b in baselines}  # new tokens, seconds (whole generation)
+        for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, then each k, then baselines
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             alone.add(_ar_metrics(ref.metrics))
             decode["alone"][0] += ref.metrics["new_tokens"]
@@ -106,7 +111,14 @@ def main() -> int:
                 forwards[j] += m["target_forwards"]
                 decode[j][0] += m["new_tokens"]
                 decode[j][1] += m["wall_s"] - m["prefill_s"]
+            ids = encode_prompt(ttok, p, chat=chat)
+            for b, run in baselines.items():
+                n, secs = run(ids, args.max_new_tokens)
+                base[b][0] += n
+                base[b][1] += secs
             log(f"{name} {i + 1}/{len(prompts)}: alone {ref.metrics['tokens_per_s']:.2f} tokens/s")
+        report.setdefault("baselines", {})[name] = {b: round(n / secs, 3) for b, (n, secs) in base.items()}
+        report["baselines"][name]["executorch target alone"] = alone.tokens_per_s()
         for j in ks:
             t = tallies[j]
             pred = model.tokens_per_s(accept, j)
@@ -139,9 +151,58 @@ def main() -> int:
                           r["alone_decode_tokens_per_s"], r["pair_decode_tokens_per_s"], r["predicted_tokens_per_s"],
                           f"{r['prediction_error']:+.1%}", r["tokens_per_target_forward"], r["acceptance"],
                           f"{r['equal_to_alone']}/{r['prompts']}"] for r in rows])
+    if baselines:
+        md += ["", "Baselines in the same run, interleaved per prompt (tok/s over the whole generation, prefill "
+               "included; ratio = the ExecuTorch target alone over it):", ""]
+        md += benchio.table(["prompts", "runtime", "tok/s", "ExecuTorch target alone / it"],
+                            [[name, b, v, f"{report['baselines'][name]['executorch target alone'] / v:.2f}x"]
+                             for name, row in report["baselines"].items() for b, v in row.items()])
     benchio.save(args.out, "device-pair" + ("-before" if before else ""),
                  "The pair on the device: ExecuTorch drafter + ExecuTorch target", report, md)
     return 0
+
+
+def _baselines(args, log) -> dict:
+    """name -> run(prompt ids, new tokens) -> (tokens, seconds): the target alone on llama.cpp (the
+    packaged GGUF, greedy) when llama-cpp-python is installed, and transformers' assisted generation
+    (the target in bf16 with the drafter, its default dynamic draft length)."""
+    import time
+
+    from bench_speculative import hf_assisted
+    from omnidraft.decode.text import generation_eos_ids
+    from omnidraft.models.catalog import ensure_gguf
+    from omnidraft.models.loading import load_model, load_tokenizer
+
+    target_hf, drafter_hf = load_model(args.target, dtype="bf16").model, load_model(args.drafter, dtype="fp32").model
+    ttok, dtok = load_tokenizer(args.target), load_tokenizer(args.drafter)
+    eos = generation_eos_ids(target_hf.generation_config)
+    runs = {}
+    try:
+        from llama_cpp import Llama
+
+        gguf = ensure_gguf(args.target, progress=log)
+        llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=args.threads, n_threads_batch=args.threads,
+                    verbose=False)
+        stop = eos | {llm.token_eos()}
+
+        def llama(ids, new):
+            t0, n = time.perf_counter(), 0
+            for tok in llm.generate(ids, top_k=1, temp=0.0, reset=True):
+                n += 1
+                if tok in stop or n >= new:
+                    break
+            return n, time.perf_counter() - t0
+
+        runs["llama.cpp target alone"] = llama
+    except ImportError:
+        log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp baseline")
+
+    def assisted(ids, new):
+        out, secs = hf_assisted(target_hf, drafter_hf, ttok, dtok, ids, new, eos)
+        return len(out), secs
+
+    runs["transformers assisted (bf16 target, UAG)"] = assisted
+    return runs
 
 
 def _ar_metrics(m: dict) -> dict:
