@@ -158,7 +158,7 @@ class DraftProgram(nn.Module):
         self.register_buffer("rot", rot, persistent=False)
         if batch_invariant and rot is None:
             raise OmniDraftError(f"{config.model_type}: a batch-invariant program needs the llama/qwen2 "
-                                 "layer loop", "serve this model on transformers (--target-runtime eager)")
+                                 "layer loop", "run it on transformers: --target-runtime eager")
 
     def _llama_layers(self, ids: torch.Tensor, positions: torch.Tensor, start) -> torch.Tensor:
         """The decoder on ids [1, T] at positions [1, T] -> final-norm hidden states [1, T, H].
