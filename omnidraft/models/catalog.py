@@ -7,6 +7,7 @@ Knows package names, chunk order and checksums; it does not know how models are 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata as md
 import json
@@ -226,6 +227,26 @@ def ensure_gguf(name: str, progress: Progress = _stderr) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _gguf_progress(progress: Progress):
+    """transformers' GGUF reader draws its own tqdm bar (it ignores disable_progress_bar); report
+    its tensor loop through ``progress`` instead, a line per quarter, for the call's duration."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+
+    def tensors(items, desc: str = "", **_):
+        items = list(items)
+        for i, item in enumerate(items):
+            if i % max(len(items) // 4, 1) == 0:
+                progress(f"dequantising tensors: {i}/{len(items)}")
+            yield item
+
+    bar, reader.tqdm = reader.tqdm, tensors
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
+
+
 def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stderr) -> dict:
     """Load a GGUF with transformers (dequantised fp32) and save it as a safetensors model dir.
 
@@ -240,8 +261,9 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     progress(f"converting {gguf.name} to safetensors (one time; loads dequantised fp32 weights)")
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                 dtype=torch.float32)
+    with _gguf_progress(progress):
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
     gguf_load_s = time.perf_counter() - t0
     # The weights are already dequantised; drop the GGUF quantizer record so they save as plain fp32.
     model.hf_quantizer = None
