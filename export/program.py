@@ -48,10 +48,15 @@ def _register_attention() -> None:
     AttentionInterface.register(ATTENTION, _et_attention)
 
 
-def _masked_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, positions: torch.Tensor,
+def _causal_mask(positions: torch.Tensor, slots: int) -> torch.Tensor:
+    """[T, S] additive mask: 0 where a cache slot is at or before the query's position, else -inf."""
+    return torch.where(torch.arange(slots).unsqueeze(0) <= positions.unsqueeze(1), 0.0, float("-inf"))
+
+
+def _masked_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, mask: torch.Tensor,
                  scaling: float) -> torch.Tensor:
-    """Causal attention of q [1, T, Hq, D] (at ``positions`` [T]) over the whole static cache
-    kc, vc [1, S, Hkv, D], cache slots after a query's position masked out. Every query row is a
+    """Causal attention of q [1, T, Hq, D] over the whole static cache kc, vc [1, S, Hkv, D],
+    with ``mask`` [T, S] from ``_causal_mask``. Every query row is a
     separate row of fixed length S in each product and in the softmax, so a position gets the
     same numbers bit for bit whether it is computed alone or inside a wider call (custom_sdpa
     takes another path for T > 1). Returns [1, T, Hq, D]."""
@@ -61,8 +66,6 @@ def _masked_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, positions:
     k = kc[0].permute(1, 2, 0)  # [Hkv, D, S]
     v = vc[0].permute(1, 0, 2)  # [Hkv, S, D]
     scores = torch.bmm(qg, k) * scaling  # [Hkv, T*g, S]
-    slots = torch.arange(kc.shape[1])
-    mask = torch.where(slots.unsqueeze(0) <= positions.unsqueeze(1), 0.0, float("-inf"))  # [T, S]
     scores = scores.reshape(n_kv, -1, group, kc.shape[1]) + mask.unsqueeze(1)  # [Hkv, T, g, S]
     probs = torch.softmax(scores, dim=-1).reshape(n_kv, -1, kc.shape[1])  # [Hkv, T*g, S]
     o = torch.bmm(probs, v)  # [Hkv, T*g, D]
@@ -106,8 +109,8 @@ class DraftProgram(nn.Module):
     pos..pos+T-1 and returns (logits [1, V] float32, hidden [1, H] float32, accept [1] float32)
     for the last of them. With ``all_logits`` (a target) it takes a third input ``rows`` [R]
     int64, indices into the T positions of this call, and returns their logits [R, V]
-    (verification: every position of the proposal; prefill: the last one). Positions past ``pos`` are never attended
-    to, so rolling back is just calling with a smaller ``pos``.
+    (verification: every position of the proposal; prefill: the last one). Positions past
+    ``pos`` are never attended to, so rolling back is just calling with a smaller ``pos``.
 
     ``batch_invariant`` (llama-family layers only): attention as fixed-length masked products
     (``_masked_sdpa``) instead of ``llama::custom_sdpa``, whose multi-token path rounds
@@ -168,6 +171,7 @@ class DraftProgram(nn.Module):
         cos, sin = model.rotary_emb(h, positions)  # [1, T, D] each
         cos = cos.reshape(1, -1, 1, self.head_dim)  # [1, T, 1, D]
         sin = sin.reshape(1, -1, 1, self.head_dim)
+        mask = _causal_mask(positions[0], self.max_seq) if self.batch_invariant else None  # [T, S]
         for i, layer in enumerate(model.layers):
             attn = layer.self_attn
             x = _rms_norm(layer.input_layernorm, h)
@@ -180,7 +184,7 @@ class DraftProgram(nn.Module):
             torch.ops.llama.update_cache(k, kc, start)
             torch.ops.llama.update_cache(v, vc, start)
             if self.batch_invariant:
-                o = _masked_sdpa(q, kc, vc, positions[0], attn.scaling)  # [1, T, Hq, D]
+                o = _masked_sdpa(q, kc, vc, mask, attn.scaling)  # [1, T, Hq, D]
             else:
                 o = torch.ops.llama.custom_sdpa(q, kc, vc, start, None, 0.0, True, attn.scaling)
             h = h + attn.o_proj(o.reshape(1, -1, self.n_heads * self.head_dim))

@@ -42,7 +42,7 @@ def _programs():
     import torch
     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers llama::*
 
-    from omnidraft.export.program import _masked_sdpa
+    from omnidraft.export.program import _causal_mask, _masked_sdpa
 
     class Cache(torch.nn.Module):  # q, kc, vc, pos [1]
         def __init__(self, masked: bool):
@@ -55,7 +55,8 @@ def _programs():
             torch._check(start + q.shape[1] <= S)
             positions = torch.arange(q.shape[1]) + pos[0]
             if self.masked:
-                return torch.stack([_masked_sdpa(q, kc, vc, positions, 0.125) for _ in range(LAYERS)])
+                mask = _causal_mask(positions, S)
+                return torch.stack([_masked_sdpa(q, kc, vc, mask, 0.125) for _ in range(LAYERS)])
             return torch.stack([torch.ops.llama.custom_sdpa(q, kc, vc, start, None, 0.0, True, 0.125)
                                 for _ in range(LAYERS)])
 
