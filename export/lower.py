@@ -238,9 +238,9 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
 def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
                   log: Callable[[str], None] = print) -> ProgramInfo:
     """``lm`` (fp32 HF causal LM) as a verifying program: base weights quantised, no LoRA, the
-    logits of as many trailing positions as asked, batch-invariant (a position's logits do not
-    depend on the call's width, so verifying equals decoding one token at a time). (An untrained acceptance head rides along, so drafter and target programs
-    load and run through the same ``ExecuTorchLM``.)"""
+    logits of the positions asked for, batch-invariant (a position's logits do not depend on the
+    call's width, so verifying equals decoding one token at a time). An untrained acceptance
+    head rides along, so drafter and target programs run through the same ``ExecuTorchLM``."""
     from omnidraft.train.acceptance import AcceptanceHead
 
     if cfg.role != "target":

@@ -45,6 +45,7 @@ class Session:
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "auto",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None,
                  target_runtime: str = "auto"):
+        from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.models.loading import load_tokenizer, set_threads
         from omnidraft.pairs.build import load_drafter, load_target
         from omnidraft.train.verlog import VerificationLog
@@ -65,8 +66,6 @@ class Session:
         self.verify = verify or default_verify_mode(strategy, remote=self.spec.remote)
         self.lossless = is_lossless(strategy, self.verify, sampling)
         self.record_topk = record_topk if log else 0
-        from omnidraft.device.runtime import ExecuTorchLM
-
         self.drafter = load_drafter(drafter, drafter_runtime, quant=quant, max_seq=max_seq)
         self.drafter_runtime = "executorch" if isinstance(self.drafter, ExecuTorchLM) else "eager"
         self.base = self.drafter if self.drafter_runtime == "eager" else None  # the eager drafter as loaded

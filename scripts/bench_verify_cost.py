@@ -85,7 +85,8 @@ def main() -> int:
     ap.add_argument("--quants", default="8da8w,8da4w", help="target program schemes")
     ap.add_argument("--before-src", help="a checkout of the code before the change (e.g. `git worktree add "
                     "/tmp/before bd9b91f`): its programs time as before #23 and with its MKL guard")
-    ap.add_argument("--before-programs", help="the folder holding that code's target programs")
+    ap.add_argument("--before-programs", help="the folder holding that code's target programs "
+                    "(default: this home's)")
     ap.add_argument("--no-eager", action="store_true", help="skip transformers (slow on AVX2 CPUs)")
     ap.add_argument("--agreement-prompts", type=int, default=6, help="prompts for top-1 agreement with fp32")
     args = ap.parse_args()
@@ -113,7 +114,7 @@ def main() -> int:
         except ImportError:
             log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp row")
             report.setdefault("absent", []).append("llama.cpp")
-        old = Path(args.before_programs or ".") / prog.name
+        old = Path(args.before_programs) / prog.name if args.before_programs else prog
         workers = {f"executorch {quants[0]} before #23": "bare",
                    f"executorch {quants[0]} custom_sdpa + MKL guard": "guarded"} if args.before_src else {}
         samples: dict[str, dict[int, list[float]]] = {r: {w: [] for w in widths} for r in [*workers, *runtimes]}
