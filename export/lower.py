@@ -132,6 +132,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -160,8 +161,12 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         sig = edge.exported_program().graph_signature
         fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
         by_name = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}  # read outside the delegate
+        # a target's attention reads every cache slot (masked): its caches start as zeros, not as
+        # whatever the arena held; its cache writes (index_put) run in place, not on a copy
+        init = [InitializedMutableBufferPass(["kv_k_", "kv_v_"])] if program.batch_invariant else []
         et = edge.to_executorch(ExecutorchBackendConfig(
-            external_constants=lambda node: "base" if node.name in by_name else None))
+            external_constants=lambda node: "base" if node.name in by_name else None,
+            passes=init, run_reinplace_pass=True))
         tmp = out_dir / "program.pte.tmp"
         tmp.write_bytes(et.buffer)
         et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values

@@ -55,21 +55,22 @@ def _causal_mask(positions: torch.Tensor, slots: int) -> torch.Tensor:
 
 def _masked_sdpa(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, mask: torch.Tensor,
                  scaling: float) -> torch.Tensor:
-    """Causal attention of q [1, T, Hq, D] over the whole static cache kc, vc [1, S, Hkv, D],
-    with ``mask`` [T, S] from ``_causal_mask``. Every query row is a
-    separate row of fixed length S in each product and in the softmax, so a position gets the
-    same numbers bit for bit whether it is computed alone or inside a wider call (custom_sdpa
-    takes another path for T > 1). Returns [1, T, Hq, D]."""
-    n_kv, d = kc.shape[2], kc.shape[3]
+    """Causal attention of q [1, T, Hq, D] over the whole static cache in head-major layout,
+    kc [Hkv, D, S] (keys transposed) and vc [Hkv, S, D], with ``mask`` [T, 1, S] from
+    ``_causal_mask`` (made once per call: a per-layer reshape would run outside the delegate and split it). Both products read the caches as they lie (no copy of the cache), every
+    query row is a separate row of fixed length S in each product and in the softmax, so a
+    position gets the same numbers bit for bit whether it is computed alone or inside a wider call
+    (custom_sdpa takes another path for T > 1). Returns [1, T, Hq, D]."""
+    n_kv, d, slots = kc.shape
     group = q.shape[2] // n_kv
-    qg = q.reshape(-1, n_kv, group, d).permute(1, 0, 2, 3).reshape(n_kv, -1, d)  # [Hkv, T*g, D]
-    k = kc[0].permute(1, 2, 0)  # [Hkv, D, S]
-    v = vc[0].permute(1, 0, 2)  # [Hkv, S, D]
-    scores = torch.bmm(qg, k) * scaling  # [Hkv, T*g, S]
-    scores = scores.reshape(n_kv, -1, group, kc.shape[1]) + mask.unsqueeze(1)  # [Hkv, T, g, S]
-    probs = torch.softmax(scores, dim=-1).reshape(n_kv, -1, kc.shape[1])  # [Hkv, T*g, S]
-    o = torch.bmm(probs, v)  # [Hkv, T*g, D]
-    return o.reshape(n_kv, -1, group, d).permute(1, 0, 2, 3).reshape(1, -1, n_kv * group, d)
+    # .contiguous() before each merging reshape keeps its size inferred (-1) in the exported graph,
+    # which XNNPACK's reshape takes; a computed symbolic size would split the delegate around it
+    qg = q.reshape(-1, n_kv, group, d).permute(1, 0, 2, 3).contiguous().reshape(n_kv, -1, d)  # [Hkv, T*g, D]
+    scores = torch.bmm(qg, kc) * scaling  # [Hkv, T*g, S]
+    scores = scores.reshape(n_kv, -1, group, slots) + mask  # [Hkv, T, g, S]
+    probs = torch.softmax(scores, dim=-1).reshape(n_kv, -1, slots)  # [Hkv, T*g, S]
+    o = torch.bmm(probs, vc)  # [Hkv, T*g, D]
+    return o.reshape(n_kv, -1, group, d).permute(1, 0, 2, 3).contiguous().reshape(1, -1, n_kv * group, d)
 
 
 def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -82,15 +83,20 @@ def _rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 class StaticKV(nn.Module):
-    """Per-layer key/value buffers [1, max_seq, Hkv, D], updated in place at ``start_pos``.
-    Stands in for the HF cache object (the model only calls ``update``)."""
+    """Per-layer key/value buffers, updated in place at ``start_pos``: [1, max_seq, Hkv, D] (the
+    custom ops' layout), or head-major with ``head_major`` (keys [Hkv, D, max_seq], values
+    [Hkv, max_seq, D]: what ``_masked_sdpa`` multiplies by without copying). Stands in for the HF
+    cache object (the model only calls ``update``, custom-op layout only)."""
 
-    def __init__(self, n_layers: int, max_seq: int, kv_heads: int, head_dim: int, dtype: torch.dtype):
+    def __init__(self, n_layers: int, max_seq: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 head_major: bool = False):
         super().__init__()
         self.n_layers = n_layers
+        k_shape = (kv_heads, head_dim, max_seq) if head_major else (1, max_seq, kv_heads, head_dim)
+        v_shape = (kv_heads, max_seq, head_dim) if head_major else (1, max_seq, kv_heads, head_dim)
         for i in range(n_layers):
-            self.register_buffer(f"k_{i}", torch.zeros(1, max_seq, kv_heads, head_dim, dtype=dtype), persistent=False)
-            self.register_buffer(f"v_{i}", torch.zeros(1, max_seq, kv_heads, head_dim, dtype=dtype), persistent=False)
+            self.register_buffer(f"k_{i}", torch.zeros(k_shape, dtype=dtype), persistent=False)
+            self.register_buffer(f"v_{i}", torch.zeros(v_shape, dtype=dtype), persistent=False)
         self.start_pos = 0  # set by the program before each forward (a symbolic int when exported)
 
     def update(self, key, value, layer_idx, *args, **kwargs):
@@ -149,7 +155,7 @@ class DraftProgram(nn.Module):
                                  f"exportable with max_seq {max_seq}", f"use --max-seq <= {window}")
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.kv = StaticKV(config.num_hidden_layers, max_seq, config.num_key_value_heads, head_dim,
-                           next(lm.parameters()).dtype)
+                           next(lm.parameters()).dtype, head_major=batch_invariant)
         self.n_heads, self.n_kv, self.head_dim = config.num_attention_heads, config.num_key_value_heads, head_dim
         rot = None  # [D, D]: rotate_half(x) == F.linear(x, rot); None: the Hugging Face layers
         layer0 = lm.model.layers[0]
@@ -171,7 +177,8 @@ class DraftProgram(nn.Module):
         cos, sin = model.rotary_emb(h, positions)  # [1, T, D] each
         cos = cos.reshape(1, -1, 1, self.head_dim)  # [1, T, 1, D]
         sin = sin.reshape(1, -1, 1, self.head_dim)
-        mask = _causal_mask(positions[0], self.max_seq) if self.batch_invariant else None  # [T, S]
+        slots = positions[0]  # [T]: the cache slots this call writes
+        mask = _causal_mask(slots, self.max_seq).unsqueeze(1) if self.batch_invariant else None  # [T, 1, S]
         for i, layer in enumerate(model.layers):
             attn = layer.self_attn
             x = _rms_norm(layer.input_layernorm, h)
@@ -180,12 +187,15 @@ class DraftProgram(nn.Module):
             v = attn.v_proj(x).reshape(1, -1, self.n_kv, self.head_dim)
             q = q * cos + F.linear(q, self.rot) * sin
             k = k * cos + F.linear(k, self.rot) * sin
-            kc, vc = getattr(self.kv, f"k_{i}"), getattr(self.kv, f"v_{i}")  # [1, max_seq, Hkv, D]
-            torch.ops.llama.update_cache(k, kc, start)
-            torch.ops.llama.update_cache(v, vc, start)
-            if self.batch_invariant:
+            kc, vc = getattr(self.kv, f"k_{i}"), getattr(self.kv, f"v_{i}")
+            if self.batch_invariant:  # kc [Hkv, D, max_seq], vc [Hkv, max_seq, D]; index_put in place
+                # (reshape, not k[0]: the layout change stays inside the projections' delegate)
+                kc[:, :, slots] = k.reshape(-1, self.n_kv, self.head_dim).permute(1, 2, 0)  # [Hkv, D, T]
+                vc[:, slots] = v.reshape(-1, self.n_kv, self.head_dim).permute(1, 0, 2)  # [Hkv, T, D]
                 o = _masked_sdpa(q, kc, vc, mask, attn.scaling)  # [1, T, Hq, D]
-            else:
+            else:  # kc, vc [1, max_seq, Hkv, D]
+                torch.ops.llama.update_cache(k, kc, start)
+                torch.ops.llama.update_cache(v, vc, start)
                 o = torch.ops.llama.custom_sdpa(q, kc, vc, start, None, 0.0, True, attn.scaling)
             h = h + attn.o_proj(o.reshape(1, -1, self.n_heads * self.head_dim))
             h = h + layer.mlp(_rms_norm(layer.post_attention_layernorm, h))

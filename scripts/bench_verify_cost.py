@@ -4,7 +4,8 @@ position's logits, per target runtime on this CPU, and the drafter's cost per to
 Runtimes per target: the ExecuTorch target program (`omnidraft export --target`) as shipped
 (batch-invariant attention, MKL kept out of ExecuTorch's thread pool: device/threads.py); with
 ``--before-src``, that checkout's program as it ran before #23 (a child process that imports
-torch first and calls it bare) and with its MKL guard (custom_sdpa attention);
+torch first and calls it bare) and with its MKL guard (custom_sdpa attention), and the shipped
+program once more in a child process of its own (the same conditions as those two);
 transformers bf16 and fp32; llama.cpp (llama-cpp-python, the packaged GGUF, `eval` with
 logits_all) when the optional `bench` extra is built. Every runtime times the same widths, after
 the same 64 cached tokens, with the cache rolled back after each call (pairs/cost.py
@@ -115,14 +116,18 @@ def main() -> int:
             log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp row")
             report.setdefault("absent", []).append("llama.cpp")
         old = Path(args.before_programs) / prog.name if args.before_programs else prog
-        workers = {f"executorch {quants[0]} before #23": "bare",
-                   f"executorch {quants[0]} custom_sdpa + MKL guard": "guarded"} if args.before_src else {}
-        samples: dict[str, dict[int, list[float]]] = {r: {w: [] for w in widths} for r in [*workers, *runtimes]}
+        # (row, program, code on PYTHONPATH, mode): each in a child process of its own, so the
+        # shipped program is also timed the way the checkout's are (a process holding one program)
+        workers = [(f"executorch {quants[0]} before #23", old, args.before_src, "bare"),
+                   (f"executorch {quants[0]} custom_sdpa + MKL guard", old, args.before_src, "guarded"),
+                   (f"executorch {quants[0]} (child process)", prog, "", "guarded")] if args.before_src else []
+        samples: dict[str, dict[int, list[float]]] = {r: {w: [] for w in widths}
+                                                      for r in [*(w[0] for w in workers), *runtimes]}
         for rnd in range(args.rounds):
-            for row, mode in workers.items():
-                out = subprocess.run([sys.executable, __file__, "--worker", str(old), args.widths, str(args.reps),
+            for row, program, src, mode in workers:
+                out = subprocess.run([sys.executable, __file__, "--worker", str(program), args.widths, str(args.reps),
                                       str(args.threads), mode], capture_output=True, text=True, check=True,
-                                     env={**os.environ, "PYTHONPATH": args.before_src})
+                                     env={**os.environ, "PYTHONPATH": src})
                 for w, ms in json.loads(out.stdout.strip().splitlines()[-1]).items():
                     samples[row][int(w)].append(ms)
             for w in widths:

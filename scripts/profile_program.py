@@ -1,4 +1,6 @@
-"""Per-operator profile of an exported program (ETDump + devtools Inspector) at several call widths.
+"""Per-operator profile of an exported program (ETDump + devtools Inspector) at several call widths
+(a target program returns every position's logits, as verification asks; format 3 is told
+which rows by a third input).
 
 For each width w: load the program with ETDump on, prefill 64 tokens, then run ``--reps`` calls of w
 tokens at position 64 (the static cache is overwritten in place, so every call sees the same state);
@@ -22,18 +24,24 @@ from pathlib import Path
 
 
 def profile(prog_dir: Path, width: int, reps: int, scratch: Path) -> dict:
+    import json
+
     import torch
     from executorch.devtools import Inspector
     from executorch.runtime import Runtime
 
+    info = json.loads((prog_dir / "program.json").read_text())
+    target = info["config"].get("role") == "target" and info.get("format", 0) >= 3  # takes ``rows``
+
     prog = Runtime.get().load_program(str(prog_dir / "program.pte"), data_path=str(prog_dir / "base.ptd"),
                                       enable_etdump=True, debug_buffer_size=0)
     method = prog.load_method("forward")
-    method.execute([torch.arange(64).unsqueeze(0) + 100, torch.tensor([0])])  # prefill
+    rows = (lambda n: [torch.arange(n)]) if target else (lambda n: [])  # a target: every position's logits
+    method.execute([torch.arange(64).unsqueeze(0) + 100, torch.tensor([0]), *rows(1)[:1]])  # prefill
     walls = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        method.execute([torch.arange(width).unsqueeze(0) + 500, torch.tensor([64])])
+        method.execute([torch.arange(width).unsqueeze(0) + 500, torch.tensor([64]), *rows(width)])
         walls.append((time.perf_counter() - t0) * 1e3)
     etdump = scratch / f"w{width}.etdp"
     prog.write_etdump_result_to_file(str(etdump), str(scratch / "debug.bin"))
