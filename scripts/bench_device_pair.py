@@ -1,12 +1,15 @@
-"""The pair on the device (#23): the ExecuTorch drafter program and the ExecuTorch target program
-against the target program alone, with the draft length the cost model chooses on this CPU.
+"""The pair on the device (#18, #23): the ExecuTorch drafter program and the ExecuTorch target
+program against the target program alone, with the product's draft length: the cost model's
+choice on this CPU, re-estimated online (decode/draft_length.py CostModelK).
 
 1. cost: the target's v(n) and the drafter's ms per token (pairs/cost.py, the `omnidraft cost` path);
-2. calibration on prompts not measured later (k = --k-calibrate): per-position acceptance and
-   translation ms per round;
-3. k = the cost model's choice (0 = the target alone), with its predicted tokens/s;
-4. code and chat prompts, interleaved per prompt: the target alone, then the pair at k (greedy;
-   the pair's output must equal the program's own, token for token).
+2. calibration on prompts not measured later (k = --k-calibrate, as `omnidraft pair` does):
+   per-position acceptance and translation ms per round;
+3. the cost model's choice (0 = the target alone), with its predicted tokens/s;
+4. code and chat prompts, interleaved per prompt: the target alone, the pair with the cost
+   model (online), the pair at a fixed k, then the baselines: llama.cpp's target alone and
+   transformers' assisted generation at its default and at its best setting (5 tokens, constant)
+   (greedy; the pair's output must equal the program's own, token for token).
 `--before` runs the programs as before #23's fix (torch loaded first, MKL teams inside
 ExecuTorch's pool) for the before/after comparison.
 
@@ -54,6 +57,7 @@ def main() -> int:
     args.max_new_tokens = 64 if "--max-new-tokens" not in sys.argv else args.max_new_tokens
     benchsetup.start(args.threads)
     log = benchsetup.logger("device-pair" + ("-before" if before else ""))
+    from omnidraft.decode.draft_length import CostModelK, FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
@@ -70,67 +74,67 @@ def main() -> int:
 
     half = args.calibrate // 2
     calib = benchsetup.prompt_mix(half, args.calibrate - half, code_start=40, chat_start=12)
-    reached, accepted, translate = [0] * args.k_calibrate, [0] * args.k_calibrate, []
-    for p, chat in calib:  # every calibration prompt's rounds, counted together
-        m = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_calibrate),
-                                 max_new_tokens=args.max_new_tokens, chat=chat).metrics
-        for i, (n, a) in enumerate(zip(m["position_reached"], m["position_accepted"])):
-            if i < args.k_calibrate:
-                reached[i] += n
-                accepted[i] += a
-        translate.append(m["translate_ms_median"] or 0.0)
-    accept = [a / n for a, n in zip(accepted, reached) if n]
+    dl, translate = CostModelK(model, k_max=args.k_max), []
+    with dl.fixed(args.k_calibrate):  # every calibration prompt's rounds, counted together
+        for p, chat in calib:
+            m = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_max),
+                                     max_new_tokens=args.max_new_tokens, chat=chat, draft_length=dl).metrics
+            translate.append(m["translate_ms_median"] or 0.0)
+    accept = dl.rates()
     model.translate_ms = round(sum(translate) / max(len(translate), 1), 3)
-    k, predicted = model.choose(accept, args.k_max)
+    dl.reestimate()
+    k, predicted = dl.state()["k"], dl.state()["predicted_tokens_per_s"]
     log(f"per-position acceptance {[round(a, 3) for a in accept]}; cost model: k={k}, predicted "
         f"{predicted:.2f} tokens/s vs {model.tokens_per_s(accept, 0):.2f} alone")
 
     baselines = {} if args.no_baselines else _baselines(args, log)
     sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
-    ks = sorted({k, args.fixed_k})  # the cost model's choice, and a fixed k for comparison
+    runs = {"cost model": dl, f"k = {args.fixed_k}": FixedK(args.fixed_k)}  # the product, and a fixed k
     rows, report = [], benchio.stamp_report(cpu=cpu_info(), before_fix=before, cost=model.to_dict(),
                                             position_acceptance=accept, k=k, predicted_tokens_per_s=predicted,
                                             rows=[])
     for name, prompts in sets.items():
         alone = benchio.Tally()
-        tallies = {j: benchio.Tally() for j in ks}
-        forwards = dict.fromkeys(ks, 0)
-        decode = {j: [0, 0.0] for j in ["alone", *ks]}  # new tokens, seconds after the prefill
+        tallies = {r: benchio.Tally() for r in runs}
+        forwards = dict.fromkeys(runs, 0)
+        decode = {r: [0, 0.0] for r in ["alone", *runs]}  # new tokens, seconds after the prefill
         base = {b: [0, 0.0] for b in baselines}  # new tokens, seconds (whole generation)
-        for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, then each k, then baselines
+        state = dl.state()  # what the cost model reads before this set
+        for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, the pair runs, baselines
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             alone.add(_ar_metrics(ref.metrics))
             decode["alone"][0] += ref.metrics["new_tokens"]
             decode["alone"][1] += ref.metrics["wall_s"] - ref.metrics["prefill_s"]
-            for j in ks:
-                got = ref if j == 0 else generate_speculative(
-                    drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=j),
-                    max_new_tokens=args.max_new_tokens, chat=chat)
+            for r, length in runs.items():
+                got = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_max),
+                                           max_new_tokens=args.max_new_tokens, chat=chat, draft_length=length)
                 m = _ar_metrics(got.metrics)
-                tallies[j].add(m, equal=got.token_ids == ref.token_ids)
-                forwards[j] += m["target_forwards"]
-                decode[j][0] += m["new_tokens"]
-                decode[j][1] += m["wall_s"] - m["prefill_s"]
+                tallies[r].add(m, equal=got.token_ids == ref.token_ids)
+                forwards[r] += m["target_forwards"]
+                decode[r][0] += m["new_tokens"]
+                decode[r][1] += m["wall_s"] - m["prefill_s"]
             ids = encode_prompt(ttok, p, chat=chat)
             for b, run in baselines.items():
                 n, secs = run(ids, args.max_new_tokens)
                 base[b][0] += n
                 base[b][1] += secs
-            log(f"{name} {i + 1}/{len(prompts)}: alone {ref.metrics['tokens_per_s']:.2f} tokens/s")
+            log(f"{name} {i + 1}/{len(prompts)}: alone {ref.metrics['tokens_per_s']:.2f} tokens/s; cost model "
+                f"k = {dl.state()['k']}")
         report.setdefault("baselines", {})[name] = {b: round(n / secs, 3) for b, (n, secs) in base.items()}
         report["baselines"][name]["executorch target alone"] = alone.tokens_per_s()
-        for j in ks:
-            t = tallies[j]
-            pred = model.tokens_per_s(accept, j)
-            dec = round(decode[j][0] / decode[j][1], 3)
-            rows.append({"set": name, "prompts": len(prompts), "k": j, "chosen": j == k,
-                         "alone_tokens_per_s": alone.tokens_per_s(), "pair_tokens_per_s": t.tokens_per_s(),
+        for r, length in runs.items():
+            t = tallies[r]
+            pred = state["predicted_tokens_per_s"] if length is dl else model.tokens_per_s(accept, args.fixed_k)
+            dec = round(decode[r][0] / decode[r][1], 3)
+            rows.append({"set": name, "prompts": len(prompts), "run": r, "k_at_start": state["k"] if length is dl
+                         else args.fixed_k, "alone_tokens_per_s": alone.tokens_per_s(),
+                         "pair_tokens_per_s": t.tokens_per_s(),
                          "ratio": round(t.tokens_per_s() / alone.tokens_per_s(), 3),
                          "predicted_tokens_per_s": round(pred, 2),
                          "alone_decode_tokens_per_s": round(decode["alone"][0] / decode["alone"][1], 3),
                          "pair_decode_tokens_per_s": dec, "prediction_error": round(pred / dec - 1, 3),
-                         "tokens_per_target_forward": round(t.tokens / max(forwards[j], 1), 3),
-                         "acceptance": t.acceptance_rate() if j else None, "equal_to_alone": t.equal})
+                         "tokens_per_target_forward": round(t.tokens / max(forwards[r], 1), 3),
+                         "acceptance": t.acceptance_rate() if t.proposed else None, "equal_to_alone": t.equal})
     report["rows"] = rows
     cpu = report["cpu"]
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
@@ -139,14 +143,16 @@ def main() -> int:
           + ("**before #23's fix** (MKL teams inside ExecuTorch's pool)." if before else "after #23's fix."), "",
           f"Cost model: v(n) ms {model.verify_ms}; drafter {model.drafter_ms} ms/token; translation "
           f"{model.translate_ms} ms/round; per-position acceptance {[round(a, 3) for a in accept]} "
-          f"-> k = {k} (predicted {predicted:.2f} tokens/s; alone {model.tokens_per_s(accept, 0):.2f}). "
-          f"k = 0 is the target alone. Rows at k = {args.fixed_k} show what a fixed draft length gives.", ""]
+          f"-> k = {k} (predicted {predicted:.2f} tokens/s; alone {model.tokens_per_s(accept, 0):.2f}); "
+          "k = 0 is the target alone. The cost-model rows re-estimate acceptance online (the product's "
+          f"default); the k = {args.fixed_k} rows show what a fixed draft length gives.", ""]
     md += ["tok/s: new tokens over the whole generation (prefill included); decode tok/s: after the prefill "
            "(what the cost model predicts).", ""]
-    md += benchio.table(["prompts", "k", "target alone tok/s", "pair tok/s", "ratio", "alone decode tok/s",
+    md += benchio.table(["prompts", "draft length", "target alone tok/s", "pair tok/s", "ratio", "alone decode tok/s",
                          "pair decode tok/s", "predicted decode tok/s", "pred. error", "tokens / target forward",
                          "acceptance", "output == alone"],
-                        [[f"{r['set']} ({r['prompts']})", f"{r['k']}" + (" (cost model)" if r["chosen"] else ""),
+                        [[f"{r['set']} ({r['prompts']})", r["run"] + (f" (k = {r['k_at_start']} at start)"
+                                                                      if r["run"] == "cost model" else ""),
                           r["alone_tokens_per_s"], r["pair_tokens_per_s"], f"{r['ratio']}x",
                           r["alone_decode_tokens_per_s"], r["pair_decode_tokens_per_s"], r["predicted_tokens_per_s"],
                           f"{r['prediction_error']:+.1%}", r["tokens_per_target_forward"], r["acceptance"],
@@ -165,7 +171,8 @@ def main() -> int:
 def _baselines(args, log) -> dict:
     """name -> run(prompt ids, new tokens) -> (tokens, seconds): the target alone on llama.cpp (the
     packaged GGUF, greedy) when llama-cpp-python is installed, and transformers' assisted generation
-    (the target in bf16 with the drafter, its default dynamic draft length)."""
+    (the target in bf16 with the drafter) at its default and at its best setting here (5 tokens a
+    draft, constant schedule)."""
     import time
 
     from bench_speculative import hf_assisted
@@ -197,11 +204,12 @@ def _baselines(args, log) -> dict:
     except ImportError:
         log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp baseline")
 
-    def assisted(ids, new):
-        out, secs = hf_assisted(target_hf, drafter_hf, ttok, dtok, ids, new, eos)
-        return len(out), secs
+    for label, n_tokens in (("default", None), ("5 tokens, constant", 5)):
+        def assisted(ids, new, n_tokens=n_tokens):
+            out, secs = hf_assisted(target_hf, drafter_hf, ttok, dtok, ids, new, eos, n_tokens)
+            return len(out), secs
 
-    runs["transformers assisted (bf16 target, UAG)"] = assisted
+        runs[f"transformers assisted generation, {label} (bf16 target, UAG)"] = assisted
     return runs
 
 

@@ -21,15 +21,24 @@ from benchsetup import Models, load, logger, parser, start
 NEAR_TIE = 0.25  # logits; bf16 keeps ~3 significant digits, so logits ~20 round by ~0.1
 
 
-def hf_assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids, max_new_tokens, stop):
-    """transformers' heterogeneous assisted generation (UAG), greedy; returns (ids, seconds)."""
+def hf_assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids, max_new_tokens, stop, num_assistant_tokens=None):
+    """transformers' heterogeneous assisted generation (UAG), greedy; returns (ids, seconds).
+    ``num_assistant_tokens``: a constant draft length (None: transformers' default, up to 20
+    tokens a draft, each draft stopped at a token below the 0.4 confidence threshold)."""
     ids = torch.tensor([prompt_ids])
-    t0 = time.perf_counter()
-    out = target_hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, assistant_model=drafter_hf, tokenizer=ttok,
-                             assistant_tokenizer=dtok, eos_token_id=sorted(stop),
-                             pad_token_id=ttok.pad_token_id)
-    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
+    cfg = drafter_hf.generation_config
+    saved = (cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule)
+    if num_assistant_tokens is not None:
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = num_assistant_tokens, "constant"
+    try:
+        t0 = time.perf_counter()
+        out = target_hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, assistant_model=drafter_hf, tokenizer=ttok,
+                                 assistant_tokenizer=dtok, eos_token_id=sorted(stop),
+                                 pad_token_id=ttok.pad_token_id)
+        return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
+    finally:
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = saved
 
 
 def first_divergence(target, prompt_ids, ar_ids, ids):

@@ -212,3 +212,25 @@ def test_session_with_a_remote_target_streams_and_logs(home, models, qwen_tok):
         s.close()
     finally:
         srv.stop()
+
+
+def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models, monkeypatch):
+    """Session's default draft length: the cost model measured on first use, its acceptance
+    learned from the rounds, saved in the pair's folder and reused (not re-measured)."""
+    from omnidraft import Session
+    from omnidraft.decode.draft_length import CostModelK, FixedK
+    from omnidraft.pairs import cost
+
+    drafter, target = models
+    s = Session(drafter, target, target_dtype="fp32", log=False)
+    assert isinstance(s.draft_length, CostModelK) and set(s.draft_length.model.verify_ms) == set(cost.WIDTHS)
+    s.generate(PROMPTS[0], max_new_tokens=12)  # no acceptance known yet: this generation probes
+    assert s.draft_length.reached
+    saved = json.loads(s.cost_path.read_text())
+    assert saved["on"]["target_runtime"] == "transformers fp32" and saved["reached"] == s.draft_length.reached
+    monkeypatch.setattr(cost, "measure", lambda *a, **k: pytest.fail("measured again"))
+    again = Session(drafter, target, target_dtype="fp32", log=False)
+    assert again.draft_length.reached == s.draft_length.reached
+    assert isinstance(Session(drafter, target, target_dtype="fp32", log=False, k=3).draft_length, FixedK)
+    s.close()
+    again.close()

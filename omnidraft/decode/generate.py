@@ -12,6 +12,7 @@ from typing import Callable, Generator, Iterator
 import torch
 
 from omnidraft.decode.autoregressive import decode_ar
+from omnidraft.decode.draft_length import DraftLength, FixedK
 from omnidraft.decode.loop import decode
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
@@ -86,7 +87,7 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
                          max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                          verify_mode: str | None = None, chat: bool = False,
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
-                         head=None) -> Result:
+                         head=None, draft_length: DraftLength | None = None) -> Result:
     """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar).
 
     ``target``: a model (any LM: verified in-process by a LocalTarget) or any Target (e.g.
@@ -94,6 +95,8 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
     builds the training record. ``verify_mode`` (sampling only): rejection | point-mass;
     default: the strategy's lossless mode (modes.py). A RemoteTarget carries its own mode.
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
+    ``draft_length``: how many tokens each round drafts (default ``cfg.k`` every round; a
+    ``CostModelK`` chooses it by the cost model, 0 when the target alone is faster).
     """
     if not get(cfg.strategy).speculative:
         if hasattr(target, "verify"):
@@ -103,7 +106,7 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
                            sampling=sampling, chat=chat, on_text=on_text)
     pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
                                 sampling=sampling, verify_mode=verify_mode, chat=chat,
-                                record_topk=record_topk, head=head)
+                                record_topk=record_topk, head=head, draft_length=draft_length)
     while True:
         try:
             piece = next(pieces)
@@ -116,7 +119,7 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
 def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,
                        max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                        verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
-                       head=None) -> Generator[str, None, Result]:
+                       head=None, draft_length: DraftLength | None = None) -> Generator[str, None, Result]:
     """generate_speculative as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``).
 
@@ -140,8 +143,8 @@ def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfi
         budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
         proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
-        rounds = decode(proposer, verifier, ctx, target_ids, k=cfg.k, max_new_tokens=budget,
-                        stop=stop_ids(pair.target_tok, verifier.eos_ids))
+        rounds = decode(proposer, verifier, ctx, target_ids, k=draft_length or FixedK(cfg.k),
+                        max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids))
 
         def committed() -> Iterator[list[int]]:  # each round folded into metrics and record rows
             for rnd in rounds:

@@ -15,6 +15,7 @@ from typing import Iterator
 
 import torch
 
+from omnidraft.decode.draft_length import DraftLength
 from omnidraft.decode.target import Target
 from omnidraft.decode.verify import Verdict
 from omnidraft.propose.base import DraftState, Proposer
@@ -37,8 +38,11 @@ class Round:
 
 
 def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: list[int], *,
-           k: int, max_new_tokens: int, stop: set[int]) -> Iterator[Round]:
+           k: DraftLength, max_new_tokens: int, stop: set[int]) -> Iterator[Round]:
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
+
+    ``k`` says how many drafter tokens each round drafts (decode/draft_length.py) and sees what
+    each round accepted; a round of 0 is the target decoding one token alone.
 
     ``max_new_tokens`` counts target tokens and must fit the target's context window after the
     prompt (generate.check_budget). Each round drafts at most what can still be committed and
@@ -46,6 +50,7 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     none (the target then decodes alone), so speculative decoding ends where `ar` ends.
     """
     t0 = time.perf_counter()
+    k.start()
     target.start(prompt_ids)
     prefill_s = time.perf_counter() - t0
     state = DraftState(ctx, list(prompt_ids), needs_q=target.needs_q, target_vocab=target.vocab_size)
@@ -54,13 +59,14 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
         round_t0 = time.perf_counter()
         # room: tokens this round can still commit beyond the correction/bonus, and the window
         target_room = target.max_length - len(state.committed)  # verify feeds pending + proposal
-        k_round = max(0, min(k, max_new_tokens - produced - 1, target_room))
+        k_round = max(0, min(k.next_k(), max_new_tokens - produced - 1, target_room))
         # 1. draft and 2. translate: target ids (+ q' for rejection sampling)
         prop = proposer.propose(state, k_round) if k_round else state.empty()
         if len(prop.target_ids) > target_room:  # a split n-gram can outgrow the drafts
             prop = prop.prefix(target_room)
         # 3. verify (one target forward)
         verdict = target.verify(prop.target_ids, prop.q)
+        k.observe(len(prop.target_ids), verdict.accepted)
         # 4. accept: the kept prefix plus the correction/bonus token, cut at a stop id or budget
         new = prop.target_ids[: verdict.accepted] + [verdict.token]
         for j, t in enumerate(new):

@@ -11,8 +11,12 @@ import sys
 import time
 from typing import Callable
 
+from omnidraft.decode.draft_length import CostModelK
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, pair_dir
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
+
+ACCEPTANCE_K = 5  # draft length while pairing measures acceptance per position
+ACCEPTANCE_PROMPTS = 6  # prompts (at most) for that, before the calibration proper
 
 
 def _bar(done: int, total: int, t0: float, width: int = 24) -> str:
@@ -46,30 +50,44 @@ def fresh_adapter(session) -> str:
 
 def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, budget_s: float | None = None,
             label: str = "calibrating") -> dict:
-    """Run prompts through the session (and the target alone when ``ar``), interleaved."""
+    """Run prompts through the session (and the target alone when ``ar``), interleaved per
+    prompt. Whole-generation and decode-only (prefill excluded) tokens/s for both."""
+    import statistics
+
     from omnidraft.decode.generate import generate_ar
 
     t0 = time.perf_counter()
-    tot = {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0, "ar_tokens": 0, "ar_wall": 0.0, "prompts": 0}
+    tot = {"tokens": 0, "wall": 0.0, "decode": 0.0, "proposed": 0, "accepted": 0, "ar_tokens": 0, "ar_wall": 0.0,
+           "ar_decode": 0.0, "prompts": 0, "forwards": 0}
+    translate: list[float] = []
     for n, p in enumerate(prompts):
         if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
             break
         m = session.generate(p, max_new_tokens=max_new_tokens).metrics
         tot["tokens"] += m["new_tokens"]
         tot["wall"] += m["wall_s"]
+        tot["decode"] += m["wall_s"] - m["prefill_s"]
         tot["proposed"] += m["proposed"]
         tot["accepted"] += m["accepted"]
+        tot["forwards"] += m["target_forwards"]
+        if m["translate_ms_median"] is not None and m["proposed"]:
+            translate.append(m["translate_ms_median"])
         if ar:
             a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             tot["ar_tokens"] += a["new_tokens"]
             tot["ar_wall"] += a["wall_s"]
+            tot["ar_decode"] += a["wall_s"] - a["prefill_s"]
         tot["prompts"] += 1
         say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     say("")
     out = {"prompts": tot["prompts"], "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
-           "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3)}
+           "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3),
+           "decode_tokens_per_s": round(tot["tokens"] / max(tot["decode"], 1e-9), 3),
+           "tokens_per_target_forward": round(tot["tokens"] / max(tot["forwards"], 1), 3),
+           "translate_ms": round(statistics.median(translate), 3) if translate else 0.0}
     if ar and tot["ar_wall"]:
         out["ar_tokens_per_s"] = round(tot["ar_tokens"] / tot["ar_wall"], 3)
+        out["ar_decode_tokens_per_s"] = round(tot["ar_tokens"] / max(tot["ar_decode"], 1e-9), 3)
         out["speedup"] = round(out["tokens_per_s"] / out["ar_tokens_per_s"], 3)
     return out
 
@@ -77,11 +95,14 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
 def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
          max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
          say: Callable[..., None] | None = None, session=None) -> dict:
-    """Pair ``drafter`` with ``target`` and calibrate for about ``calibration_s`` seconds."""
-
+    """Pair ``drafter`` with ``target``: build their ExecuTorch programs when missing (a given
+    ``session`` runs on what it loaded), measure the cost model, and calibrate for about
+    ``calibration_s`` seconds."""
+    from omnidraft.pairs import programs
     from omnidraft.session import Session
 
     say = say or (lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    built = {} if session is not None else programs.ensure(drafter, target, say=say)
     say(f"pairing {drafter} with {target} ...")
     session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer)
     name = session.spec.name
@@ -98,14 +119,26 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
     direct = int((vmap.d2t >= 0).sum())
     report = {"pair": name, "drafter": drafter, "target": target, "adapter": session.version,
               "runtimes": {"drafter": session.drafter_runtime, "target": session.target_runtime},
+              "programs_built": built,
               "kept_trained_adapter": kept is not None,
               "vocabulary": {"drafter": len(vmap.d2t), "target": len(vmap.t2d), "shared": direct,
                              "shared_of_drafter": round(direct / len(vmap.d2t), 4),
                              "shared_of_target": round(direct / len(vmap.t2d), 4)},
               "ngrams": {"seeded": session.pair.cache.seeded, "learned": session.pair.cache.learned}}
     if calibration_s > 0:
-        report["calibration"] = measure(session, builtin_prompts(), max_new_tokens=max_new_tokens,
-                                        ar=not session.spec.remote, say=say, budget_s=calibration_s)
+        prompts = builtin_prompts()
+        dl = session.draft_length
+        if isinstance(dl, CostModelK):  # first acceptance at a fixed k, then the model decides
+            with dl.fixed(ACCEPTANCE_K):
+                first = measure(session, prompts[:ACCEPTANCE_PROMPTS], max_new_tokens=max_new_tokens, ar=False,
+                                say=say, budget_s=calibration_s / 2, label=f"measuring acceptance (k={ACCEPTANCE_K})")
+            dl.model.translate_ms = first["translate_ms"]
+            prompts = prompts[ACCEPTANCE_PROMPTS:]
+            report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
+                                    "translate_ms": dl.model.translate_ms, "on": session.cost_on}
+            session.save_cost()
+        report["calibration"] = measure(session, prompts, max_new_tokens=max_new_tokens,
+                                        ar=not session.spec.remote, say=say, budget_s=calibration_s / 2)
     return report
 
 
@@ -116,11 +149,37 @@ def format_report(r: dict) -> str:
              f"({v['shared_of_drafter']:.1%} of the drafter's, {v['shared_of_target']:.1%} of the target's)",
              f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned",
              f"  runtimes: drafter {r['runtimes']['drafter']}, target {r['runtimes']['target']}"]
+    cm = r.get("cost_model")
+    if cm:
+        lines += format_cost_model(cm)
     c = r.get("calibration")
     if c:
-        line = f"  calibration on {c['prompts']} prompts: acceptance {c['acceptance_rate']:.3f}, {c['tokens_per_s']:.2f} tokens/s"
+        line = (f"  calibration on {c['prompts']} prompts: acceptance {c['acceptance_rate']:.3f}, "
+                f"{c['tokens_per_target_forward']:.2f} tokens per target forward, {c['tokens_per_s']:.2f} tokens/s")
         if "ar_tokens_per_s" in c:
             line += f" vs target alone {c['ar_tokens_per_s']:.2f} tokens/s ({c['speedup']:.2f}x)"
         lines.append(line)
+        if cm:
+            err = c["decode_tokens_per_s"] / max(cm["predicted_tokens_per_s"], 1e-9) - 1
+            lines.append(f"  decoding (prefill excluded): measured {c['decode_tokens_per_s']:.2f} tokens/s, "
+                         f"the cost model predicted {cm['predicted_tokens_per_s']:.2f} ({err:+.0%})")
     return "\n".join(lines)
 
+
+def format_cost_model(cm: dict) -> list[str]:
+    """The cost model's reading of this machine, and its choice."""
+    v = {int(w): ms for w, ms in cm["verify_ms"].items()}
+    ratios = " ".join(f"{v[w] / v[1]:.2f}" for w in sorted(v) if w > 1)
+    acc = " ".join(f"{a:.2f}" for a in cm["position_acceptance"][:8]) or "not measured"
+    lines = [f"  cost model ({cm['on']['cpu']}, {cm['on']['threads']} threads): target {v[1]:.1f} ms per token, "
+             f"verifying n = {', '.join(str(w) for w in sorted(v) if w > 1)} tokens costs {ratios} x one; "
+             f"drafter {cm['drafter_ms']:.1f} ms per token; acceptance by draft position {acc}"]
+    alone = cm["target_alone_tokens_per_s"]
+    if cm["k"]:
+        lines.append(f"  -> drafting k = {cm['k']} per round: predicted {cm['predicted_tokens_per_s']:.1f} tokens/s "
+                     f"decoding vs {alone:.1f} for the target alone ({cm['predicted_tokens_per_s'] / alone:.2f}x)")
+    else:
+        lines.append(f"  -> the target alone ({alone:.1f} tokens/s): no draft length is predicted to be at least "
+                     f"5% faster on this machine (the best, k = {cm['best_k']}, "
+                     f"{cm['best_k_tokens_per_s'] / alone:.2f}x); the drafter is re-tried every few generations")
+    return lines

@@ -9,18 +9,26 @@ measured translation time per round). Plain decoding runs at ``1 / v(1)``; ``cho
 k that maximises the pair's speed and k = 0 (the target alone) when no k beats plain decoding.
 
 Measurements go through the runtimes' own ``extend``/``rollback`` (the calls verification and
-drafting make). Knows the LM protocol and /proc/cpuinfo; nothing about tokenizers or strategies.
+drafting make). A pair's model and the acceptance counts pairing measured are kept in
+``pairs/<pair>/cost.json`` with what they were measured on (runtimes, CPU, threads): a session
+on other runtimes or another CPU measures its own. Knows the LM protocol and /proc/cpuinfo;
+nothing about tokenizers or strategies.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json
 
 CONTEXT = 64  # tokens in the cache before a timed call (a short prompt's worth)
+WIDTHS = (1, 2, 3, 4, 5, 7, 9)  # what a session times: v(1..9) for k <= 8, interpolated between
+MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
 
 
 def cpu_info() -> dict:
@@ -110,13 +118,65 @@ class CostModel:
             return 1e3 / self.v(1)
         return 1e3 * self.expected_tokens(accept, k) / (self.v(k + 1) + k * self.drafter_ms + self.translate_ms)
 
-    def choose(self, accept: list[float], k_max: int = 8) -> tuple[int, float]:
-        """(the best k in 0..k_max, its predicted tokens/s); 0 = plain decoding wins."""
-        best = max(range(k_max + 1), key=lambda k: self.tokens_per_s(accept, k))
+    def choose(self, accept: list[float], k_max: int = 8, margin: float = MARGIN) -> tuple[int, float]:
+        """(the best k in 0..k_max, its predicted tokens/s); 0 = plain decoding wins, also when
+        the best k is predicted less than ``margin`` times faster than it."""
+        best = max(range(1, k_max + 1), key=lambda k: self.tokens_per_s(accept, k))
+        if self.tokens_per_s(accept, best) < margin * self.tokens_per_s(accept, 0):
+            best = 0
         return best, self.tokens_per_s(accept, best)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def runtime_name(lm, eager_dtype: str) -> str:
+    """``executorch <quant>`` for a program, ``transformers <dtype>`` for an eager model."""
+    info = getattr(lm, "info", None)
+    return f"executorch {info.config['quant']}" if info is not None else f"transformers {eager_dtype}"
+
+
+def measured_on(target_runtime: str, drafter_runtime: str) -> dict:
+    """What a cost model is only valid for: both runtimes, this CPU and the thread count."""
+    import torch
+
+    return {"target_runtime": target_runtime, "drafter_runtime": drafter_runtime,
+            "cpu": cpu_info()["model"], "threads": torch.get_num_threads()}
+
+
+def save(path: Path, model: CostModel, reached: list[float], accepted: list[float], on: dict) -> None:
+    """The pair's cost model with the per-position acceptance counts behind its choice."""
+    atomic_write_json(path, {"model": model.to_dict(), "reached": reached, "accepted": accepted, "on": on})
+
+
+def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | None:
+    """(model, reached, accepted) saved for the same runtimes, CPU and threads, else None."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("on") != on:
+        return None
+    m = data["model"]
+    model = CostModel(verify_ms={int(w): float(ms) for w, ms in m["verify_ms"].items()},
+                      drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)))
+    return model, data.get("reached", []), data.get("accepted", [])
+
+
+def for_pair(pair_name: str, target, drafter, eager_dtype: str, k_max: int = 8, progress=None):
+    """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
+    the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
+    few seconds) and kept. Returns (draft_length, path, what it was measured on)."""
+    from omnidraft.decode.draft_length import CostModelK
+    from omnidraft.pairs.spec import pair_dir
+
+    on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
+    path = pair_dir(pair_name) / "cost.json"
+    saved = load(path, on)
+    if saved is None:
+        saved = (measure(target, drafter, WIDTHS, reps=5, progress=progress), [], [])
+        save(path, saved[0], [], [], on)
+    return CostModelK(saved[0], saved[1], saved[2], k_max=k_max), path, on
 
 
 def measure(target, drafter=None, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 16), reps: int = 7,

