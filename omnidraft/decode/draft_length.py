@@ -6,8 +6,9 @@ online from the acceptance the rounds observe.
 updated after every round with old evidence fading (counts halve once position 0 has seen
 ``memory`` rounds), and asks the cost model (pairs/cost.py) for the k that maximises expected
 tokens per second; k = 0 means the target decodes alone. While k is 0 nothing is observed, so
-every ``probe_every``-th generation starts with ``probe_rounds`` rounds at the best positive k
-(the drafter's prompt prefill is the only extra cost) and then decides again.
+the next generation after ``probe_soon()`` (a new adapter was published, say) and every
+``probe_every``-th generation start with ``probe_rounds`` rounds at the best positive k (a
+probe costs about one generation in eight its speed in ten) and then decide again.
 
 Knows the cost model's interface; nothing about models, strategies or timing.
 """
@@ -29,12 +30,18 @@ class DraftLength(Protocol):
     def observe(self, proposed: int, accepted: int) -> None:
         """A round proposed ``proposed`` target tokens and the target accepted ``accepted``."""
 
+    def probe_soon(self) -> None:
+        """The drafter changed (a new adapter): look at its acceptance again soon."""
+
 
 @dataclass
 class FixedK:
     k: int
 
     def start(self) -> None:
+        pass
+
+    def probe_soon(self) -> None:
         pass
 
     def next_k(self) -> int:
@@ -49,7 +56,7 @@ class CostModelK:
     counts from pairing (empty: nothing known yet, so the first generation probes)."""
 
     def __init__(self, model, reached: list[float] | None = None, accepted: list[float] | None = None, *,
-                 k_max: int = 8, memory: int = 256, probe_every: int = 8, probe_rounds: int = 6):
+                 k_max: int = 8, memory: int = 256, probe_every: int = 32, probe_rounds: int = 6):
         if not 1 <= k_max <= 32:
             raise ValueError(f"k_max must be in 1..32, got {k_max}")
         self.model = model
@@ -87,6 +94,10 @@ class CostModelK:
         self.since_probe += 1
         if self.k == 0 and self.since_probe >= self.probe_every:
             self.probe_left, self.since_probe = self.probe_rounds, 0
+
+    def probe_soon(self) -> None:
+        """Probe at the next generation (when k is 0): the drafter or its adapter changed."""
+        self.since_probe = self.probe_every
 
     def next_k(self) -> int:
         if self.pinned is not None:

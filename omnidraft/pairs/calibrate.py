@@ -80,7 +80,8 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
         tot["prompts"] += 1
         say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     say("")
-    out = {"prompts": tot["prompts"], "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
+    out = {"prompts": tot["prompts"], "proposed": tot["proposed"],
+           "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
            "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3),
            "decode_tokens_per_s": round(tot["tokens"] / max(tot["decode"], 1e-9), 3),
            "tokens_per_target_forward": round(tot["tokens"] / max(tot["forwards"], 1), 3),
@@ -154,7 +155,8 @@ def format_report(r: dict) -> str:
         lines += format_cost_model(cm)
     c = r.get("calibration")
     if c:
-        line = (f"  calibration on {c['prompts']} prompts: acceptance {c['acceptance_rate']:.3f}, "
+        drafts = f"acceptance {c['acceptance_rate']:.3f}" if c["proposed"] else "no drafts (the target alone)"
+        line = (f"  calibration on {c['prompts']} prompts: {drafts}, "
                 f"{c['tokens_per_target_forward']:.2f} tokens per target forward, {c['tokens_per_s']:.2f} tokens/s")
         if "ar_tokens_per_s" in c:
             line += f" vs target alone {c['ar_tokens_per_s']:.2f} tokens/s ({c['speedup']:.2f}x)"

@@ -55,12 +55,15 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     say(f"\nthe pair and the target alone on {len(shown)} prompts it has not seen ({max_new_tokens} new tokens):")
     tot = {"pair_tokens": 0, "pair_wall": 0.0, "alone_tokens": 0, "alone_wall": 0.0, "forwards": 0}
     with session.unlogged():  # held out: never trained on
-        for p in shown:
+        for n, p in enumerate(shown):
             say(f"\n>>> {p.strip()[:70]}")
+            if n % 2:  # which runs first alternates: neither side always gets a warmed-up machine
+                a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             for text in session.stream(p, max_new_tokens=max_new_tokens):
                 say(text, end="")
             m = session.last.metrics
-            a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
+            if not n % 2:
+                a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             for key, src, mm in (("pair_tokens", "new_tokens", m), ("pair_wall", "wall_s", m),
                                  ("alone_tokens", "new_tokens", a), ("alone_wall", "wall_s", a),
                                  ("forwards", "target_forwards", m)):
@@ -84,9 +87,11 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
         say(f"  published {result['version']} ({judged})")
         with session.unlogged():
             after = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, label="after training")
+        drafted = (f"acceptance {after['acceptance_rate']:.3f} over {after['proposed']} drafted tokens "
+                   f"(k = {session.draft_length.next_k()} now)" if after["proposed"]
+                   else "no drafts: the cost model still runs the target alone")
         say(f"  on the same unseen prompts after training: pair {after['tokens_per_s']:.1f} tokens/s "
-            f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s, "
-            f"acceptance {after['acceptance_rate']:.3f}")
+            f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s; {drafted}")
     else:
         why = (f"the held-out acceptance did not improve ({result['acceptance_before']:.3f} -> "
                f"{result['acceptance_after']:.3f})" if result.get("held_out") else

@@ -34,7 +34,7 @@ class _Job:
     stage: str = "starting"
     t0: float = field(default_factory=time.perf_counter)
     error: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # how long it took, once it ended
 
 
 def missing(drafter: str, target: str, max_seq: int = MAX_SEQ) -> list[tuple[str, list[str]]]:
@@ -49,15 +49,21 @@ def missing(drafter: str, target: str, max_seq: int = MAX_SEQ) -> list[tuple[str
 
 
 def _stage(line: str) -> str | None:
-    """The stage an `omnidraft export` stderr line announces (its "export: ..." lines)."""
+    """The stage an `omnidraft export` stderr line announces: its "export: ..." lines, and the
+    model fetch's "[omnidraft] ..." progress lines before them."""
     line = line.strip()
     if line.startswith("export: "):
         return line.removeprefix("export: ").split(" (")[0].split(" of ")[0]
+    if line.startswith("[omnidraft] "):
+        return line.removeprefix("[omnidraft] ").split(":")[0][:48]
     return None
 
 
-def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ) -> dict[str, str]:
-    """Export what is missing, in parallel; {label: "built in N s" | "kept" | the error line}."""
+def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ,
+           live: bool | None = None) -> dict[str, str]:
+    """Export what is missing, in parallel; {label: "built in N s" | the error line}. ``live``
+    (default: stderr is a terminal): one status line rewritten every second; otherwise a line
+    each time a stage changes, and every 30 s."""
     todo = missing(drafter, target, max_seq)
     if not todo:
         return {}
@@ -69,6 +75,8 @@ def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int 
         job.proc = subprocess.Popen(job.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                     env={**os.environ, "PYTHONWARNINGS": "ignore"})
         threading.Thread(target=_pump, args=(job, lines), daemon=True).start()
+    live = sys.stderr.isatty() if live is None else live
+    shown, last = "", time.perf_counter()
     try:
         while any(j.proc.poll() is None for j in jobs) or not lines.empty():
             try:
@@ -80,15 +88,22 @@ def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int 
                     job.error = line.strip().removeprefix("omnidraft: ")
             except queue.Empty:
                 pass
-            say("\r  " + " | ".join(_status(j) for j in jobs) + " " * 4, end="")
+            status = " | ".join(_status(j) for j in jobs)
+            stages = " | ".join(_state(j) for j in jobs)
+            if live:
+                say("\r  " + status + " " * 4, end="")
+            elif stages != shown or time.perf_counter() - last > 30:
+                say("  " + status)
+                shown, last = stages, time.perf_counter()
     except BaseException:
         for j in jobs:
             j.proc.kill()
         raise
-    say("")
+    if live:
+        say("")
     out = {}
     for j in jobs:
-        j.seconds = time.perf_counter() - j.t0
+        _state(j)  # its time, if the loop ended before it was looked at
         if j.proc.returncode == 0:
             out[j.label] = f"built in {j.seconds:.0f} s"
         else:
@@ -102,7 +117,14 @@ def _pump(job: _Job, lines: queue.Queue) -> None:
         lines.put((job, line))
 
 
+def _state(job: _Job) -> str:
+    if job.proc.poll() is None:
+        return job.stage
+    job.seconds = job.seconds or time.perf_counter() - job.t0
+    return "done" if job.proc.returncode == 0 else "failed"
+
+
 def _status(job: _Job) -> str:
-    t = time.perf_counter() - job.t0
-    state = job.stage if job.proc.poll() is None else ("done" if job.proc.returncode == 0 else "failed")
+    state = _state(job)
+    t = job.seconds or time.perf_counter() - job.t0
     return f"{job.label}: {state} {int(t // 60)}:{int(t % 60):02d}"

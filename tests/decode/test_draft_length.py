@@ -46,6 +46,15 @@ def test_target_alone_probes_again_every_few_generations():
     assert not dl.state()["probing"] and dl.next_k() > 0  # and the model keeps drafting
 
 
+def test_a_new_adapter_is_probed_at_the_next_generation():
+    dl = CostModelK(CHEAP, reached=[100], accepted=[0])
+    dl.start()
+    assert dl.next_k() == 0
+    dl.probe_soon()
+    dl.start()
+    assert dl.next_k() >= 1 and dl.state()["probing"]
+
+
 def test_no_evidence_probes_first_and_pinning_measures():
     dl = CostModelK(CHEAP)
     assert dl.rates() == []
