@@ -36,6 +36,38 @@ def pair_ptd(pair: str, version: str, info: ProgramInfo) -> Path:
     return subdir("pairs", pair, "executorch", info.program_id) / f"{version}.ptd"
 
 
+def drafter_programs(drafter: str) -> list[tuple[Path, ProgramInfo]]:
+    """Every exported drafter program of ``drafter`` under this home (any scheme, length or
+    SpecVocab k) that can take an adapter, with its program.json; unreadable ones are skipped."""
+    root = subdir("programs")
+    out = []
+    for d in sorted(root.glob(f"{safe_name(drafter)}-*")):
+        if d.name.endswith("-target") or not (d / "program.pte").is_file():
+            continue
+        try:
+            info = ProgramInfo.load(d / "program.json")
+        except OmniDraftError:
+            continue  # an old format: `omnidraft export` rebuilds it, its .ptd is written on first use
+        if info.role == "drafter" and info.config.get("drafter") == drafter:
+            out.append((d, info))
+    return out
+
+
+def publish_ptds(pair: str, drafter: str, version_dir: Path) -> list[Path]:
+    """The .ptd of a just-published adapter version for every exported program of its drafter,
+    so a running Session swaps it in without converting anything. A program the adapter does not
+    fit (another LoRA rank or targets) raises OmniDraftError after the others are written."""
+    written, errors = [], []
+    for _d, info in drafter_programs(drafter):
+        try:
+            written.append(ensure_pair_ptd(pair, version_dir, info))
+        except OmniDraftError as err:
+            errors.append(f"program {info.program_id}: {err}")
+    if errors:
+        raise OmniDraftError("; ".join(errors), "the Session converts the adapter it can load on first use")
+    return written
+
+
 def ensure_pair_ptd(pair: str, version_dir: Path, info: ProgramInfo) -> Path:
     """The .ptd of a published adapter version for this program, written on first use."""
     from .adapter_data import export_adapter

@@ -96,7 +96,8 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
                                    progress=lambda m: _write_status(state="training", pair=spec.name, progress=m))
                 ran |= result["status"] != "waiting"
                 _write_status(state="idle", pair=spec.name, last=result)
-                print(f"[daemon] {spec.name}: {result['status']}", flush=True)
+                ptds = f" {result['version']} (.ptd for {result['ptds']} program(s))" if "ptds" in result else ""
+                print(f"[daemon] {spec.name}: {result['status']}{ptds}", flush=True)
             if once and not ran:
                 break
             if not ran:

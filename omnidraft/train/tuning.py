@@ -165,4 +165,17 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
     _write_cursor(spec, through, {"published": new})
     _history(spec, {"status": "published", "version": new, **info})
     say(f"{spec.name}: published {new} (held-out acceptance {before} -> {after})")
-    return {"status": "published", "version": new, **info}
+    return {"status": "published", "version": new, "ptds": _program_ptds(spec, store.path(spec.name, new), say),
+            **info}
+
+
+def _program_ptds(spec: PairSpec, version_dir, say: Callable[[str], None]) -> int:
+    """Write the new version's .ptd for each exported drafter program (the device swaps it in
+    without converting); returns how many. A failure is a note: the version stays published."""
+    from omnidraft.export.layout import publish_ptds
+
+    try:
+        return len(publish_ptds(spec.name, spec.drafter, version_dir))
+    except OmniDraftError as err:
+        say(f"{spec.name}: {err}")
+        return 0

@@ -240,3 +240,32 @@ def test_program_layers_equal_hugging_face(arch):
     if arch == "gemma3":  # a window shorter than the cache: refused, not silently wrong
         with pytest.raises(OmniDraftError, match="sliding-window"):
             DraftProgram(tiny(arch, 300, sliding_window=8), AcceptanceHead(64, 16), max_seq=32)
+
+
+def test_publish_writes_the_ptd_of_every_program_of_the_drafter(exported, tmp_path, monkeypatch):
+    import json
+
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.export.layout import pair_ptd, program_dir, publish_ptds
+
+    _base, root, info, _versions = exported
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    shutil.copytree(root / "prog", program_dir("tiny", "fp32", 96))
+    shutil.copytree(root / "prog-portable", program_dir("tiny", "fp32", 128))
+    version = sorted((root / "store" / "tiny--t").glob("v*"))[0]
+    written = publish_ptds("tiny--t", "tiny", version)
+    assert len(written) == 2 and written[0] != written[1]
+    assert pair_ptd("tiny--t", version.name, info) in written
+    lm = ExecuTorchLM(program_dir("tiny", "fp32", 96), ptd=pair_ptd("tiny--t", version.name, info))
+    assert lm.prefill([1, 2, 3]).logits.shape[-1] == info.vocab_size
+    # a program the adapter does not fit (another rank): one clear error, the others still written
+    odd = program_dir("tiny", "fp32", 64)
+    shutil.copytree(root / "prog", odd)
+    meta = json.loads((odd / "program.json").read_text())
+    meta["config"]["lora_rank"], meta["program_id"] = 4, "0" * 16
+    (odd / "program.json").write_text(json.dumps(meta))
+    for p in written:
+        p.unlink()
+    with pytest.raises(OmniDraftError, match="rank 8 does not fit"):
+        publish_ptds("tiny--t", "tiny", version)
+    assert all(p.is_file() for p in written)
