@@ -13,7 +13,7 @@ import torch
 
 from omnidraft.decode.autoregressive import decode_ar
 from omnidraft.decode.draft_length import DraftLength, FixedK
-from omnidraft.decode.loop import decode
+from omnidraft.decode.loop import Round, decode
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.ownership import own
@@ -87,7 +87,8 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
                          max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                          verify_mode: str | None = None, chat: bool = False,
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
-                         head=None, draft_length: DraftLength | None = None) -> Result:
+                         head=None, draft_length: DraftLength | None = None,
+                         on_round: Callable[[Round], None] | None = None) -> Result:
     """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar).
 
     ``target``: a model (any LM: verified in-process by a LocalTarget) or any Target (e.g.
@@ -97,6 +98,7 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
     ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
     ``draft_length``: how many tokens each round drafts (default ``cfg.k`` every round; a
     ``CostModelK`` chooses it by the cost model, 0 when the target alone is faster).
+    ``on_round``: called with every round as it commits (e.g. decode/rejections.py).
     """
     if not get(cfg.strategy).speculative:
         if hasattr(target, "verify"):
@@ -106,7 +108,8 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
                            sampling=sampling, chat=chat, on_text=on_text)
     pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
                                 sampling=sampling, verify_mode=verify_mode, chat=chat,
-                                record_topk=record_topk, head=head, draft_length=draft_length)
+                                record_topk=record_topk, head=head, draft_length=draft_length,
+                                on_round=on_round)
     while True:
         try:
             piece = next(pieces)
@@ -119,7 +122,8 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
 def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,
                        max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                        verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
-                       head=None, draft_length: DraftLength | None = None) -> Generator[str, None, Result]:
+                       head=None, draft_length: DraftLength | None = None,
+                       on_round: Callable[[Round], None] | None = None) -> Generator[str, None, Result]:
     """generate_speculative as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``).
 
@@ -149,6 +153,8 @@ def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfi
         def committed() -> Iterator[list[int]]:  # each round folded into metrics and record rows
             for rnd in rounds:
                 metrics.add(rnd)
+                if on_round:
+                    on_round(rnd)
                 if record_topk and rnd.rows is not None:
                     rows.append(rnd.rows)
                 yield rnd.committed

@@ -16,6 +16,7 @@ class SpecConfig:
     strategy: str = "omnidraft"
     k: int = 4  # drafter tokens per round (the maximum when confidence is set)
     learn_ngrams: bool = True  # add unseen n-grams from verified output (strategies with a cache)
+    retokenise: bool = True  # omnidraft: entries from the target's tokenisation of the draft, then the cache
     confidence: float | None = None  # stop a draft after a token the drafter gives p < this
     gamma: float | None = None  # adaptive drafting: stop once the acceptance head's 1 - prod P > gamma
     min_k: int = 1  # fewest drafter tokens per round under adaptive drafting

@@ -41,8 +41,9 @@ class Strategy:
 
 
 def _token(pair, lm, sampling, head, cfg, *, ngrams: bool, restrict: bool) -> Proposer:
-    key = "token+ngrams" if ngrams else "token"
-    translator = pair.shared(key, lambda: Translator(pair.vmap, pair.cache if ngrams else None))
+    tok = pair.target_tok if ngrams and cfg.retokenise else None  # omnidraft: the target's tokenisation too
+    key = ("token+ngrams" if ngrams else "token") + ("+retokenise" if tok is not None else "")
+    translator = pair.shared(key, lambda: Translator(pair.vmap, pair.cache if ngrams else None, tok))
     drafter = Drafter(lm, sampling, translator.direct_mask if restrict else None, head)
     learn = pair.cache if ngrams and cfg.learn_ngrams else None
     return TranslatingProposer(drafter, translator, drafter.stop_rule(cfg), learn)
@@ -65,7 +66,7 @@ _ALL = (
     Strategy("tli", lambda *a: _token(*a, ngrams=False, restrict=True), exact_q=True,
              summary="drafter renormalised over the shared vocabulary, direct map (SpD_DM)"),
     Strategy("omnidraft", lambda *a: _token(*a, ngrams=True, restrict=False), exact_q=False,
-             summary="direct map + n-gram cache (mapping rules (1)(2))"),
+             summary="the target's tokenisation of the draft, n-gram cache, direct map (rules (1)(2))"),
     Strategy("slem", lambda *a: _string(*a, align=False), exact_q=False,
              summary="string-level exact match: the draft text re-tokenised by the target"),
     Strategy("dtw", lambda *a: _string(*a, align=True), exact_q=False,

@@ -41,6 +41,7 @@ class TranslatingProposer:
         out = lm.sync(ctx.ids, hidden=use_head)  # the drafter's last position
         forwards = 1
         drafts: list[int] = []
+        untranslatable: list[int] = []  # the draft token that ended drafting, if one did
         qrows: list[torch.Tensor] = []  # [Vd] each, when sampling
         if rule is not None:
             rule.reset()
@@ -50,7 +51,7 @@ class TranslatingProposer:
             if q is not None:
                 qrows.append(q)
             if not self.translator.viable(drafts, ctx=ctx, history=state.committed):
-                drafts.pop()
+                untranslatable.append(drafts.pop())
                 break
             if rule is not None and rule.update(self.drafter.accept_prob(out, d) if use_head else conf):
                 break
@@ -63,7 +64,8 @@ class TranslatingProposer:
         if state.needs_q:  # [consumed, Vd] drafter rows -> [m, Vt]; an empty proposal has no rows
             q_draft = torch.stack(qrows[: prop.consumed]) if prop.consumed else torch.zeros(0, 0)
             q_target = self.translator.proposal_dists(prop, drafts, q_draft)
-        return replace(prop, q=q_target, drafter_forwards=forwards, translate_s=time.perf_counter() - t0)
+        return replace(prop, drafts=drafts + untranslatable, q=q_target, drafter_forwards=forwards,
+                       translate_s=time.perf_counter() - t0)
 
     def observe(self, state: DraftState) -> None:
         if self.learn is not None:

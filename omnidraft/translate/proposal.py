@@ -18,6 +18,8 @@ class Proposal:
     sub: list[int] = field(default_factory=list)  # [m] index within its n-gram's target run
     from_cache: list[bool] = field(default_factory=list)  # [m] came from an n-gram entry
     consumed: int = 0  # draft tokens covered by the proposal
+    drafts: list[int] = field(default_factory=list)  # the drafter ids drafted (spans index them); past
+    #                                                  ``consumed``: drafted but not translatable
     q: torch.Tensor | None = None  # [m, Vt] proposal distributions, when the verifier needs them
     drafter_forwards: int = 0  # drafter forward passes spent on this proposal
     translate_s: float = 0.0  # seconds spent translating (drafter forwards excluded)
@@ -36,5 +38,5 @@ class Proposal:
         """The first ``m`` proposed tokens (the draft tokens they cover, their q' rows)."""
         spans = self.spans[:m]
         return Proposal(self.target_ids[:m], spans, self.sub[:m], self.from_cache[:m],
-                        max((e for _, e in spans), default=0),
+                        max((e for _, e in spans), default=0), self.drafts,
                         None if self.q is None else self.q[:m], self.drafter_forwards, self.translate_s)

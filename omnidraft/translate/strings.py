@@ -63,6 +63,29 @@ def dtw_align(a: Sequence[bytes], b: Sequence[bytes], window: int = 8) -> list[t
     return path[::-1]
 
 
+def retokenise(table: list[bytes | None], tok, new: bytes, history: Sequence[int], lookbehind: int = 4) -> list[int]:
+    """The target tokenizer's ids for the text ``new`` (complete UTF-8) as it continues the
+    committed target ids ``history``: the tokens past a look-behind window of up to
+    ``lookbehind`` committed tokens, when the window re-tokenises to itself; else ``new`` alone.
+    ``table``: the target's token bytes (ids past it are dropped)."""
+    window: list[int] = []
+    for t in reversed(history[-lookbehind:]):
+        if t >= len(table) or not table[t]:
+            break  # a special token: look no further back
+        window.insert(0, t)
+    ids = None
+    if window:
+        try:
+            full = tok.encode((b"".join(table[t] for t in window) + new).decode("utf-8"), add_special_tokens=False)
+        except UnicodeDecodeError:  # the window starts inside a character
+            full = []
+        if full[: len(window)] == window:
+            ids = full[len(window):]
+    if ids is None:
+        ids = tok.encode(new.decode("utf-8"), add_special_tokens=False)
+    return [t for t in ids if t < len(table)]
+
+
 class StringTranslator:
     """``translate(drafts, ctx, history)``: drafter ids -> target ids by re-tokenising text.
 
@@ -99,23 +122,7 @@ class StringTranslator:
         if not new:
             return out
         table = self.vmap.target_bytes
-        window: list[int] = []
-        for t in reversed(history[-self.lookbehind:]):
-            if t >= len(table) or not table[t]:
-                break  # a special token: look no further back
-            window.insert(0, t)
-        wtext = b"".join(table[t] for t in window)
-        ids = None
-        if window:
-            try:
-                full = self.tok.encode((wtext + new).decode("utf-8"), add_special_tokens=False)
-            except UnicodeDecodeError:  # the window starts inside a character
-                full = []
-            if full[: len(window)] == window:
-                ids = full[len(window):]
-        if ids is None:
-            ids = self.tok.encode(new.decode("utf-8"), add_special_tokens=False)
-        ids = [t for t in ids if t < self.target_vocab]
+        ids = retokenise(table, self.tok, new, history, self.lookbehind)
         out.target_ids = ids
         out.spans = [(0, len(drafts))] * len(ids)
         out.sub = list(range(len(ids)))

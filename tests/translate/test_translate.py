@@ -62,3 +62,65 @@ def test_rule_2_is_approximate_and_point_mass_is_exact():
             point += w * (float(p[t]) * torch.eye(6)[t] + (1 - float(p[t])) * rest / rest.sum())
     assert 0.5 * float((rule2 - p).abs().sum()) > 0.05, rule2
     assert torch.allclose(point, p, atol=1e-6)
+
+
+def test_entries_from_the_targets_own_tokenisation(smollm_tok, qwen_tok):
+    """With the target tokenizer, the draft is cut where its tokens and the target's tokenisation
+    of its text (in context) share boundaries: the target is proposed what it would write."""
+    from omnidraft.translate.vocab import build
+
+    from ..conftest import vocab_len
+
+    vmap = build(smollm_tok, qwen_tok, vocab_len(smollm_tok), vocab_len(qwen_tok))
+    text = "\n        if abs(a - b)"  # SmolLM2: "ĊĠĠĠĠĠĠĠ" ... "(", "a"; Qwen2.5: "Ċ", "ĠĠĠĠĠĠĠ" ... "(a"
+    drafts = smollm_tok.encode(text)
+    tr = Translator(vmap, NgramCache(max_n=4), qwen_tok)
+    p = tr.translate(drafts, history=qwen_tok.encode("def f(a, b):"))
+    assert p.target_ids == qwen_tok.encode(text) and p.consumed == len(drafts)
+    assert p.spans[:2] == [(0, 1), (0, 1)] and p.sub[:2] == [0, 1]  # one drafter token, two target tokens
+    paren = drafts.index(smollm_tok.convert_tokens_to_ids("("))
+    assert (paren, paren + 2) in p.spans  # "(" "a" -> "(a"
+    q = torch.softmax(torch.randn(len(drafts), vocab_len(smollm_tok)), -1)
+    rows = tr.proposal_dists(p, drafts, q)
+    j = p.spans.index((paren, paren + 2))
+    assert torch.isclose(rows[j, p.target_ids[j]], q[paren, drafts[paren]] * q[paren + 1, drafts[paren + 1]])
+    # without it: the drafter's own tokens through the direct map; "ĊĠĠĠĠĠĠĠ" has no Qwen token
+    plain = Translator(vmap, NgramCache(max_n=4))
+    assert plain.translate(drafts).target_ids == [] and not plain.viable(drafts) and tr.viable(drafts)
+    assert qwen_tok.convert_tokens_to_ids("(") in plain.translate(drafts[1:]).target_ids
+    # a draft token with no text ends the re-tokenised part: the direct map goes on from there
+    eos = smollm_tok.eos_token_id
+    tail = tr.translate(drafts + [eos], history=[])
+    assert tail.target_ids[: len(p.target_ids)] == p.target_ids
+    assert tail.target_ids[len(p.target_ids):] == [vmap.direct(eos)] * (vmap.direct(eos) >= 0)
+
+
+def test_proposes_what_slem_proposes_for_the_same_draft(smollm_tok, qwen_tok):
+    """The default translator's tokens equal the string-level re-tokenisation (slem) wherever the
+    draft is text: real code and chat text cut at random points, the drafter's tokens of what
+    follows as the draft, the target's tokens before as the committed history."""
+    import random
+
+    from omnidraft.prompts import CHAT_PROMPTS, humaneval
+    from omnidraft.translate.reverse import DraftContext
+    from omnidraft.translate.state import PairState
+    from omnidraft.translate.strings import StringTranslator
+
+    from ..conftest import vocab_len
+
+    pair = PairState(smollm_tok, qwen_tok, vocab_len(smollm_tok), vocab_len(qwen_tok))
+    ours, slem = Translator(pair.vmap, pair.cache, qwen_tok), StringTranslator(pair.vmap, qwen_tok)
+    rng = random.Random(0)
+    checked = 0
+    for text in humaneval(limit=10) + CHAT_PROMPTS:
+        ids = qwen_tok.encode(text)
+        for _ in range(10):
+            cut = rng.randrange(1, len(ids) - 1)
+            history = ids[:cut]
+            ctx = DraftContext(smollm_tok, pair.vmap, [])
+            ctx.append_target(history)
+            drafts = smollm_tok.encode(qwen_tok.decode(ids[cut:]))[:6]
+            assert ours.translate(drafts, ctx=ctx, history=history).target_ids == \
+                slem.translate(drafts, ctx=ctx, history=history).target_ids
+            checked += 1
+    assert checked == 300
