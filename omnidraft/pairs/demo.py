@@ -87,14 +87,18 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
         say(f"  published {result['version']} ({judged})")
         with session.unlogged():
             after = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, label="after training")
+        k_now = session.draft_length.next_k()
         drafted = (f"acceptance {after['acceptance_rate']:.3f} over {after['proposed']} drafted tokens "
-                   f"(k = {session.draft_length.next_k()} now)" if after["proposed"]
-                   else "no drafts: the cost model still runs the target alone")
+                   f"(k = {k_now} now" + (": those were the probe rounds a new adapter gets, and they did not "
+                                          "pay, so the target runs alone again)" if k_now == 0 else ")")
+                   if after["proposed"] else "no drafts: the cost model still runs the target alone")
         say(f"  on the same unseen prompts after training: pair {after['tokens_per_s']:.1f} tokens/s "
-            f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s; {drafted}")
+            f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s "
+            f"({after['tokens_per_s'] / max(after['ar_tokens_per_s'], 1e-9):.2f}x); {drafted}")
     else:
-        why = (f"the held-out acceptance did not improve ({result['acceptance_before']:.3f} -> "
-               f"{result['acceptance_after']:.3f})" if result.get("held_out") else
+        why = (f"the candidate was significantly worse on held-out records (acceptance "
+               f"{result['acceptance_before']:.3f} -> {result['acceptance_after']:.3f}, "
+               f"p = {result['guard_p_worse']:.3g})" if result.get("held_out") else
                f"too few records ({result.get('new_records', 0)} new, {cfg.min_records} needed)")
         say(f"  no adapter published: {why}; the pair keeps {session.version}")
     say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")

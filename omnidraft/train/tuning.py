@@ -1,6 +1,6 @@
 """One fine-tuning round for a pair: read new verification records, train the drafter's LoRA
 adapter and the acceptance head (interleaved), check the candidate on held-out records, and
-publish it atomically only if its acceptance does not drop.
+publish it atomically unless it is significantly worse there (guard.py).
 
 Crash safety: a round's trained record ids go into the published version's meta.json (atomic
 with the weights); rejected rounds advance a cursor file. The next round starts after the larger
@@ -21,6 +21,7 @@ import torch
 from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
+from omnidraft.train.guard import judge
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
 from omnidraft.pairs.spec import PairSpec, pair_dir
 from omnidraft.train.records import Record
@@ -32,7 +33,8 @@ class RoundConfig:
     min_records: int = 8  # train once this many new (non-held-out) records exist
     max_records: int = 64  # at most this many per round
     holdout_every: int = 5  # records whose id is a multiple of this are held out, never trained on
-    eval_records: int = 16  # the most recent held-out records judge a candidate
+    eval_records: int = 32  # the most recent held-out records judge a candidate
+    guard_alpha: float = 0.05  # reject a candidate only when significantly worse at this level (guard.py)
     train: TrainConfig = field(default_factory=TrainConfig)
     head: HeadConfig = field(default_factory=lambda: HeadConfig(labels="greedy"))
 
@@ -40,19 +42,20 @@ class RoundConfig:
         checks = [(self.min_records >= 1, "min_records", ">= 1"),
                   (self.max_records >= self.min_records, "max_records", ">= min_records"),
                   (self.holdout_every >= 2, "holdout_every", ">= 2"),
-                  (self.eval_records >= 1, "eval_records", ">= 1")]
+                  (self.eval_records >= 1, "eval_records", ">= 1"),
+                  (0.0 < self.guard_alpha < 1.0, "guard_alpha", "in (0, 1)")]
         for ok, name, want in checks:
             if not ok:
                 raise OmniDraftError(f"RoundConfig.{name} must be {want}, got {getattr(self, name)!r}")
 
 
 @torch.no_grad()
-def match_rate(model, records: list[Record], max_tokens: int = 256) -> float:
-    """Teacher-forced greedy acceptance: over the records' response positions that map to the
-    target (direct or inside an n-gram), the fraction where the drafter's argmax is the target's
-    token. Needs no target model: the records hold the target's output."""
+def match_hits(model, records: list[Record], max_tokens: int = 256) -> torch.Tensor:
+    """Teacher-forced greedy acceptance, position by position: [P] bool over the records'
+    response positions that map to the target (direct or inside an n-gram), whether the
+    drafter's argmax is the target's token. Needs no target model: the records hold its output."""
     base = base_model(model)
-    hit = total = 0
+    hits = []
     for rec in records:
         r = _truncate(rec, max_tokens)
         ids = r.draft_ids.long().unsqueeze(0)
@@ -60,9 +63,8 @@ def match_rate(model, records: list[Record], max_tokens: int = 256) -> float:
         ok = logits.argmax(-1) == ids[0, 1:]
         pos = torch.arange(1, r.length)
         use = (pos >= r.gen_start) & ((r.kl_row[1:] >= 0) | (r.ngram_p[1:] > 0))
-        hit += int(ok[use].sum())
-        total += int(use.sum())
-    return hit / total if total else 0.0
+        hits.append(ok[use])
+    return torch.cat(hits) if hits else torch.zeros(0, dtype=torch.bool)
 
 
 def cursor(spec: PairSpec, store) -> int:
@@ -141,7 +143,7 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
     model, head, version = load_trainable(spec, store, base_model)
     head = head or AcceptanceHead(model.config.hidden_size, cfg.head.width)
     t0 = time.perf_counter()
-    before = match_rate(model, held) if held else None
+    before = match_hits(model, held) if held else None
     model.train()
     trainer = AdaptiveTrainer(OnlineTrainer(model, cfg.train), HeadTrainer(head, model, cfg.head), "interleaved")
     for n, (rid, _prompt, data) in enumerate(train_rows):
@@ -150,21 +152,24 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
         trainer.add(Record.from_bytes(data))
         say(f"{spec.name}: trained on {n + 1}/{len(train_rows)} records")
     model.eval()
-    after = match_rate(model, held) if held else None
+    verdict = judge(before, match_hits(model, held), cfg.guard_alpha) if held else None
     info = {"records_from": train_rows[0][0], "records_through": through,
             "record_ids": [r[0] for r in train_rows], "base_version": version,
-            "acceptance_before": before, "acceptance_after": after, "held_out": len(held),
+            **(verdict.to_dict() if verdict else {"acceptance_before": None, "acceptance_after": None}),
+            "held_out": len(held),
             "distill_steps": trainer.distill.steps, "head_steps": trainer.head.steps,
             "seconds": round(time.perf_counter() - t0, 1)}
-    if held and after < before:
+    if verdict is not None and not verdict.publish:
         _write_cursor(spec, through, {"rejected": info})
         _history(spec, {"status": "rejected", **info})
-        say(f"{spec.name}: candidate rejected (held-out acceptance {before:.3f} -> {after:.3f})")
+        say(f"{spec.name}: candidate rejected, significantly worse on held-out records (acceptance "
+            f"{verdict.before:.3f} -> {verdict.after:.3f}, p = {verdict.p_worse:.3g})")
         return {"status": "rejected", **info}
     new = store.publish(spec.name, model, meta=info, extra={"head": head.state_dict()})
     _write_cursor(spec, through, {"published": new})
     _history(spec, {"status": "published", "version": new, **info})
-    say(f"{spec.name}: published {new} (held-out acceptance {before} -> {after})")
+    say(f"{spec.name}: published {new}" + (f" (held-out acceptance {verdict.before:.3f} -> {verdict.after:.3f})"
+                                           if verdict else ""))
     return {"status": "published", "version": new, "ptds": _program_ptds(spec, store.path(spec.name, new), say),
             **info}
 
