@@ -16,7 +16,7 @@ class Proposal:
     target_ids: list[int] = field(default_factory=list)  # [m]
     spans: list[tuple[int, int]] = field(default_factory=list)  # [m] draft index [start, end)
     sub: list[int] = field(default_factory=list)  # [m] index within its n-gram's target run
-    from_cache: list[bool] = field(default_factory=list)  # [m] came from an n-gram entry
+    from_cache: list[bool] = field(default_factory=list)  # [m] came from an n-gram entry (cached or re-tokenised)
     consumed: int = 0  # draft tokens covered by the proposal
     drafts: list[int] = field(default_factory=list)  # the drafter ids drafted (spans index them); past
     #                                                  ``consumed``: drafted but not translatable
