@@ -36,9 +36,9 @@ def pair_ptd(pair: str, version: str, info: ProgramInfo) -> Path:
     return subdir("pairs", pair, "executorch", info.program_id) / f"{version}.ptd"
 
 
-def drafter_programs(drafter: str) -> list[tuple[Path, ProgramInfo]]:
-    """Every exported drafter program of ``drafter`` under this home (any scheme, length or
-    SpecVocab k) that can take an adapter, with its program.json; unreadable ones are skipped."""
+def drafter_programs(drafter: str) -> list[ProgramInfo]:
+    """The program.json of every exported drafter program of ``drafter`` under this home (any
+    scheme, length or SpecVocab k); unreadable ones are skipped."""
     root = subdir("programs")
     out = []
     for d in sorted(root.glob(f"{safe_name(drafter)}-*")):
@@ -49,7 +49,7 @@ def drafter_programs(drafter: str) -> list[tuple[Path, ProgramInfo]]:
         except OmniDraftError:
             continue  # an old format: `omnidraft export` rebuilds it, its .ptd is written on first use
         if info.role == "drafter" and info.config.get("drafter") == drafter:
-            out.append((d, info))
+            out.append(info)
     return out
 
 
@@ -58,7 +58,7 @@ def publish_ptds(pair: str, drafter: str, version_dir: Path) -> list[Path]:
     so a running Session swaps it in without converting anything. A program the adapter does not
     fit (another LoRA rank or targets) raises OmniDraftError after the others are written."""
     written, errors = [], []
-    for _d, info in drafter_programs(drafter):
+    for info in drafter_programs(drafter):
         try:
             written.append(ensure_pair_ptd(pair, version_dir, info))
         except OmniDraftError as err:
