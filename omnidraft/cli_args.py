@@ -18,6 +18,13 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
 
 
+def _add_openai(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target-model", default=None, help="with an openai+ target: the served model's "
+                   "name (default: the one the server lists)")
+    p.add_argument("--target-context", type=int, default=2048, help="with an openai+ target: the "
+                   "server's context length in tokens")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="omnidraft", description=(
         "Cross-vocabulary speculative decoding: a small drafter speeds up any target model."))
@@ -31,10 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--keep-packages", action="store_true")
 
     gen = sub.add_parser("generate", help="generate text (plain or speculative)")
-    gen.add_argument("--target", required=True, help="catalog name, HF model dir, .gguf path, or "
-                     "http://HOST:PORT of `omnidraft serve-target` (token from $OMNIDRAFT_TOKEN)")
-    gen.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target "
-                     "(default: the model name the server reports)")
+    gen.add_argument("--target", required=True, help="catalog name, HF model dir, .gguf path, "
+                     "http://HOST:PORT of `omnidraft serve-target`, or openai+http://HOST:PORT/v1 of an "
+                     "OpenAI-compatible server (token from $OMNIDRAFT_TOKEN)")
+    gen.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target (default: "
+                     "the model name `serve-target` reports; an OpenAI-API target needs it)")
+    _add_openai(gen)
     gen.add_argument("--fallback-target", default=None, help="local model to continue on if the "
                      "remote target is unreachable")
     gen.add_argument("--token-file", default=None)
@@ -86,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--target", required=True, help="catalog name, model dir, .gguf, or http(s):// URL")
     pr.add_argument("--drafter", default="smollm2-135m")
     pr.add_argument("--target-tokenizer", default=None, help="tokenizer of a remote target")
+    _add_openai(pr)
     pr.add_argument("--token-file", default=None, help="bearer token file for a remote target")
     pr.add_argument("--reset", action="store_true", help="drop the trained adapter and start fresh")
     pr.add_argument("--calibration-seconds", type=float, default=120.0)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
-from omnidraft.models.loading import load_model, load_tokenizer
+from omnidraft.models.loading import load_model, load_tokenizer, resolve
+from omnidraft.pairs.spec import REMOTE_SCHEMES
 
 DRAFTER_RUNTIMES = ("eager", "executorch", "auto")
 RUNTIMES = DRAFTER_RUNTIMES
@@ -19,7 +20,8 @@ TARGET_QUANT = "8da8w"  # the target program's scheme on AVX2: bench/results/ver
 
 
 def is_remote(target: str) -> bool:
-    return target.startswith(("http://", "https://"))
+    """An `omnidraft serve-target` URL, or ``openai+http(s)://`` an OpenAI-compatible server."""
+    return target.startswith(REMOTE_SCHEMES)
 
 
 def _check_runtime(runtime: str) -> None:
@@ -92,11 +94,15 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
 
 def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str = "bf16",
                 token: str | None = None, tokenizer: str | None = None, fallback: str | None = None,
-                record_topk: int = 0, runtime: str = "eager", note=None):
+                record_topk: int = 0, runtime: str = "eager", note=None, target_model: str | None = None,
+                target_context: int = 2048):
     """(target, its tokenizer). A local ``ref`` loads the model (the decode loop verifies it
     in-process, on ``runtime``); an http(s) URL is a RemoteTarget (bearer ``token``; ``tokenizer`` defaults to
-    the fallback's, else the model name the server reports), wrapped to continue on the local
-    model ``fallback`` when the server is unreachable."""
+    the fallback's, else the model name the server reports); ``openai+http(s)://HOST:PORT/v1`` is an
+    OpenAI-compatible server (serve/openai_api.py) serving ``target_model`` (default: the one it lists)
+    with a context of ``target_context`` tokens, whose tokenizer is ``tokenizer`` (default: the
+    fallback's). A remote target is wrapped to continue on the local model ``fallback`` when the
+    server is unreachable."""
     if not is_remote(ref):
         return local_target(ref, runtime, dtype=dtype, note=note), load_tokenizer(tokenizer or ref)
     from omnidraft.decode.target import LocalTarget
@@ -104,9 +110,36 @@ def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str =
 
     if not token:
         raise OmniDraftError("a remote target needs a bearer token", "pass token=... or set OMNIDRAFT_TOKEN")
-    target = RemoteTarget(ref, token, sampling, verify, record_topk)
-    name = tokenizer or fallback or target.info()["model"]
+    if ref.startswith("openai+"):
+        name = tokenizer or fallback
+        if not name:
+            raise OmniDraftError("an OpenAI-API target needs its tokenizer",
+                                 "pass --target-tokenizer (a catalog name or model dir of the served model)")
+        target = _openai_target(ref.removeprefix("openai+"), name, token=token, sampling=sampling, verify=verify,
+                                record_topk=record_topk, model=target_model, max_length=target_context)
+    else:
+        target = RemoteTarget(ref, token, sampling, verify, record_topk)
+        name = tokenizer or fallback or target.info()["model"]
     if fallback:
         target = FallbackTarget(target, LocalTarget(load_model(fallback, dtype=dtype), sampling, verify,
                                                     record_topk, stream="fallback"))
     return target, load_tokenizer(name)
+
+
+def _openai_target(url: str, tokenizer: str, *, token: str, sampling: SamplingConfig, verify: str,
+                   record_topk: int, model: str | None, max_length: int):
+    from omnidraft.decode.text import generation_eos_ids
+    from omnidraft.serve.openai_api import TOP_N, OpenAITarget
+
+    if verify != "point-mass" and not sampling.greedy:
+        raise OmniDraftError("an OpenAI-API target verifies by point-mass", "drop --verify rejection")
+    tok = load_tokenizer(tokenizer)
+    eos = {tok.eos_token_id} - {None}
+    try:
+        from transformers import GenerationConfig
+
+        eos |= generation_eos_ids(GenerationConfig.from_pretrained(str(resolve(tokenizer)[0])))
+    except (OSError, ValueError):  # no generation config beside the tokenizer: its EOS alone
+        pass
+    return OpenAITarget(url, token, model, tok, sampling, eos_ids=eos, max_length=max_length,
+                        record_topk=min(record_topk, TOP_N))

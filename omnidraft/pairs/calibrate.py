@@ -95,6 +95,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
 
 def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
          max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
+         target_model: str | None = None, target_context: int = 2048,
          say: Callable[..., None] | None = None, session=None) -> dict:
     """Pair ``drafter`` with ``target``: build their ExecuTorch programs when missing (a given
     ``session`` runs on what it loaded), measure the cost model, and calibrate for about
@@ -105,7 +106,8 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
     say = say or (lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
     built = {} if session is not None else programs.ensure(drafter, target, say=say)
     say(f"pairing {drafter} with {target} ...")
-    session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer)
+    session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer,
+                                 target_model=target_model, target_context=target_context)
     name = session.spec.name
     if reset:
         for v in session.store.versions(name):

@@ -36,10 +36,13 @@ def pair_name(drafter: str, target: str) -> str:
     return f"{safe_name(drafter)}--{safe_name(target)}"
 
 
+REMOTE_SCHEMES = ("http://", "https://", "openai+http://", "openai+https://")
+
+
 @dataclass
 class PairSpec:
     drafter: str
-    target: str  # catalog name, model dir, .gguf path or http(s):// URL
+    target: str  # catalog name, model dir, .gguf path, http(s):// or openai+http(s):// URL
     target_tokenizer: str | None = None  # for a remote target
     name: str = ""
     created: float = 0.0
@@ -52,7 +55,7 @@ class PairSpec:
 
     @property
     def remote(self) -> bool:
-        return self.target.startswith(("http://", "https://"))
+        return self.target.startswith(REMOTE_SCHEMES)
 
 
 def pair_dir(name: str) -> Path:

@@ -1,37 +1,23 @@
-"""The device side of a cloud target: RemoteTarget speaks the server's JSON protocol over HTTP
-(keep-alive) with timeouts and idempotent retries, and FallbackTarget continues on a local
-target when the cloud is unreachable. Both satisfy the Target protocol of decode/target.py.
+"""The device side of a cloud target: RemoteTarget speaks `omnidraft serve-target`'s JSON protocol
+(serve/http.py carries it), and FallbackTarget continues on a local target when a cloud target
+(this one or serve/openai_api.py's) is unreachable. Both satisfy the Target protocol of
+decode/target.py.
 
-Replies are bounded in size and checked (ids in the vocabulary, counts in range) before use.
-A server that cannot serve this generation any more (unreachable, expired session 404, 413,
-429 after retries, 503) raises RemoteUnavailable, which FallbackTarget turns into a switch to
-the local target, from the start or mid-generation.
-A simulated network delay (``rtt_ms``) can be injected in the client transport for
-benchmarks; it is labelled simulated wherever it is reported. Knows HTTP and the protocol.
+Replies are checked (ids in the vocabulary, counts in range) before use. Knows the protocol.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
-import json
-import socket
-import time
-import urllib.parse
 
 import torch
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.decode.verify import Verdict
+from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
 
-
-class RemoteUnavailable(OmniDraftError):
-    pass
-
-
-MAX_REPLY_BYTES = 16 << 20
-FALLBACK_STATUSES = (404, 413, 503)  # the server can no longer serve this generation
+__all__ = ["BadReply", "FallbackTarget", "RemoteTarget", "RemoteUnavailable", "sparse_rows"]
 
 
 def sparse_rows(q: torch.Tensor) -> list[dict]:
@@ -44,25 +30,15 @@ def sparse_rows(q: torch.Tensor) -> list[dict]:
     return rows
 
 
-class BadReply(OmniDraftError):
-    pass
-
-
 class RemoteTarget:
     def __init__(self, url: str, token: str, sampling: SamplingConfig, mode: str = "point-mass",
                  record_topk: int = 0, *, timeout: float = 30.0, retries: int = 3, rtt_ms: float = 0.0):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise OmniDraftError(f"bad target URL {url!r}", "use http://HOST:PORT")
-        self.url, self.parts = url, parts
-        self.token, self.sampling, self.mode, self.record_topk = token, sampling, mode, record_topk
-        self.timeout, self.retries, self.rtt_ms = timeout, retries, rtt_ms
-        self.conn: http.client.HTTPConnection | None = None
+        self.http = JsonClient(url, token, timeout=timeout, retries=retries, rtt_ms=rtt_ms)
+        self.url, self.sampling, self.mode, self.record_topk = url, sampling, mode, record_topk
         self.session: str | None = None
         self.round = 0
         self._info: dict | None = None
         self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.requests = 0
 
     def info(self) -> dict:
         """The server's model facts (fetched once): vocab_size, max_length, model."""
@@ -87,58 +63,12 @@ class RemoteTarget:
         """The served model's generation-config EOS ids (the server reports them)."""
         return {int(e) for e in self.info().get("eos_ids", [])}
 
-    # ------------------------------------------------------------------ transport
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
-        return cls(self.parts.hostname, self.parts.port, timeout=self.timeout)
+    @property
+    def requests(self) -> int:
+        return self.http.requests
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
-        data = json.dumps(body).encode() if body is not None else b""
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
-                   "Content-Length": str(len(data))}
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(2.0, 0.1 * 2 ** attempt))
-            try:
-                if self.conn is None:
-                    self.conn = self._connect()
-                if self.rtt_ms:
-                    time.sleep(self.rtt_ms / 1000.0)  # simulated network round trip
-                self.conn.request(method, path, body=data, headers=headers)
-                resp = self.conn.getresponse()
-                payload = resp.read(MAX_REPLY_BYTES + 1)
-                self.requests += 1
-            except (OSError, http.client.HTTPException, socket.timeout) as err:
-                last = err
-                if self.conn is not None:
-                    self.conn.close()
-                self.conn = None
-                continue
-            if len(payload) > MAX_REPLY_BYTES:
-                self.conn.close()
-                self.conn = None
-                raise BadReply(f"target server reply over {MAX_REPLY_BYTES} bytes", "check the server URL")
-            if (resp.status >= 500 and resp.status != 503) or resp.status == 429:
-                last = RuntimeError(f"server answered {resp.status}")
-                continue
-            try:
-                out = json.loads(payload or b"{}")
-            except ValueError:
-                out = None
-            if resp.status >= 400:
-                err = out.get("error") if isinstance(out, dict) and isinstance(out.get("error"), dict) else {}
-                problem = (f"target server refused the request ({resp.status} "
-                           f"{err.get('code', '?')}): {err.get('message', '')}")
-                if resp.status in FALLBACK_STATUSES:
-                    raise RemoteUnavailable(problem)
-                raise OmniDraftError(problem)
-            if not isinstance(out, dict):
-                raise BadReply(f"target server answered {resp.status} with a body that is not a JSON object",
-                               "check the server URL")
-            return out
-        raise RemoteUnavailable(f"cloud target {self.url} unreachable after {self.retries + 1} tries "
-                                f"({last})", "check the server and network, or configure a local fallback")
+        return self.http.call(method, path, body)
 
     # ------------------------------------------------------------------ Target protocol
     def start(self, prompt_ids: list[int]) -> None:

@@ -1,0 +1,132 @@
+"""The OpenAI-API target against a stand-in of llama-cpp-python's server (llamacpp_stub.py):
+greedy speculative output equals the target's own greedy output, point-mass sampling at
+temperature 1 is distributed as the target's own sampling (chi-square) on drafts the reply lists,
+leaves unlisted and hides behind a shared text, and bad input gets one clear error."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy import stats
+
+from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.errors import OmniDraftError
+from omnidraft.propose.config import SpecConfig
+from omnidraft.decode.verify import Verdict
+from omnidraft.serve.http import BadReply, RemoteUnavailable
+from omnidraft.serve.openai_api import OpenAITarget
+from omnidraft.translate.state import PairState
+
+from ..bigram import BigramLM
+from ..conftest import vocab_len
+from .llamacpp_stub import LlamaCppStub
+from .test_server import _free_port
+
+TOKEN = "stub-token-0123456789abcdef"
+PROMPTS = ["x = f", "the cat is", "for a in"]
+# Space-led words: any sequence of them is its own text's tokenisation, as a real model's output
+# nearly always is (a text engine cannot follow one that is not: test_a_context_no_text_expresses...)
+WORDS = [" the", " x", " a", " b", " if", " in", " for", " return", " cat", " dog", " (", " is", " of",
+         " to", " and", " on", " it", " not", " with", " as", " at", " by", " we", " or", " be"]
+
+
+def _favour(tok) -> dict[int, float]:
+    out = {}
+    for r, w in enumerate(WORDS):
+        (i,) = tok.encode(w, add_special_tokens=False)
+        out[i] = 1.0 - r / len(WORDS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(qwen_tok):
+    lm = BigramLM(vocab_len(qwen_tok), _favour(qwen_tok), seed=12, noise=0.4, rest_mass=1e-6, name="target")
+    stub = LlamaCppStub(lm, qwen_tok, TOKEN, {qwen_tok.eos_token_id}, _free_port())
+    yield lm, stub
+    stub.stop()
+
+
+def _target(stub, tok, sampling=SamplingConfig(), **kw):
+    return OpenAITarget(stub.url, TOKEN, None, tok, sampling, eos_ids={tok.eos_token_id}, **kw)
+
+
+def test_greedy_speculative_output_is_the_targets_own(engine, smollm_tok, qwen_tok):
+    lm, stub = engine
+    drafter = BigramLM(vocab_len(smollm_tok), _favour(smollm_tok), seed=11, noise=0.4, rest_mass=1e-6,
+                       name="draft")
+    pair = PairState(smollm_tok, qwen_tok, drafter.vocab_size, lm.vocab_size)
+    for prompt in PROMPTS:
+        own = generate_ar(lm.fork(), qwen_tok, prompt, max_new_tokens=24,
+                          sampling=SamplingConfig())
+        target = _target(stub, qwen_tok, record_topk=8)
+        out = generate_speculative(drafter.fork(), target, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
+                                   max_new_tokens=24, sampling=SamplingConfig())
+        assert out.token_ids == own.token_ids, prompt
+        assert out.metrics["accepted"] > 0
+        ids, probs = target.last_rows
+        assert ids.shape == probs.shape and ids.shape[1] == 8 and float(probs[0, 0]) > 0
+
+
+def _committed(stub, tok, prefix_ids, proposal, draws):
+    target = _target(stub, tok, SamplingConfig(temperature=1.0, seed=5))
+    out = Counter()
+    for _ in range(draws):
+        target.start(prefix_ids)
+        v = target.verify(proposal)
+        out[proposal[0] if v.accepted else v.token] += 1
+    return out
+
+
+@pytest.mark.parametrize("which", ["listed", "unlisted", "shared text"])
+def test_point_mass_sampling_is_the_targets_distribution(engine, qwen_tok, which):
+    lm, stub = engine
+    prefix = qwen_tok("x = f", add_special_tokens=False).input_ids
+    p = torch.softmax(lm.logits_after(prefix)[-1].float(), -1)  # the exact law of the next token
+    if which == "listed":
+        d = int(p.argsort(descending=True)[1])
+    elif which == "unlisted":
+        d = qwen_tok(" zebra", add_special_tokens=False).input_ids[0]
+        assert p[d] < 1e-6
+    else:  # " (" shares its text with a token ending in part of a character
+        d = qwen_tok(" (", add_special_tokens=False).input_ids[0]
+    draws = 1000
+    seen = _committed(stub, qwen_tok, prefix, [d], draws)
+    cells = [i for i in p.argsort(descending=True).tolist()[:40] if p[i] * draws >= 5]
+    obs = [seen[i] for i in cells] + [draws - sum(seen[i] for i in cells)]
+    exp = [float(p[i]) * draws for i in cells]
+    exp.append(draws - sum(exp))
+    assert stats.chisquare(obs, exp).pvalue > 1e-4, (which, seen.most_common(5))
+
+
+def test_bad_input_gets_one_clear_error(engine, qwen_tok):
+    lm, stub = engine
+    with pytest.raises(OmniDraftError, match="temperature 1"):
+        _target(stub, qwen_tok, SamplingConfig(temperature=0.7))
+    with pytest.raises(OmniDraftError, match="401"):
+        OpenAITarget(stub.url, "wrong-token-0123456789", None, qwen_tok, SamplingConfig(),
+                     eos_ids={qwen_tok.eos_token_id})
+    target = _target(stub, qwen_tok)
+    split = [qwen_tok.convert_tokens_to_ids(c) for c in ["d", "e", "f"]]  # "def" is one token
+    with pytest.raises(OmniDraftError, match="tokenisation"):
+        target.start(split)
+    target.start(qwen_tok("x = ", add_special_tokens=False).input_ids)
+    with pytest.raises(ValueError, match="proposal ids"):
+        target.verify([vocab_len(qwen_tok) + 5])
+    v = target.verify(split)  # not what "def" tokenises to: cut after "d", verified that far
+    assert v.accepted <= 1
+
+
+def test_a_context_no_text_expresses_ends_the_remote_generation(engine, qwen_tok, monkeypatch):
+    lm, stub = engine
+    target = _target(stub, qwen_tok)
+    x, space, eq = qwen_tok.convert_tokens_to_ids(["x", "Ġ", "="])
+    target.start([x, space])  # "x " is its own tokenisation; "x =" is not x, " ", "="
+    monkeypatch.setattr(target, "_judge", lambda sent, rows, last: Verdict(0, eq))
+    with pytest.raises(RemoteUnavailable, match="tokenises back"):
+        target.verify([])
+    target.context = [x, space, eq]
+    with pytest.raises(BadReply, match="tokenised the prompt differently"):
+        target.verify([])
