@@ -1,0 +1,101 @@
+"""Integration tier: the OpenAI-API target against the real llama-cpp-python server (the
+``llamacpp`` extra) serving the packaged Qwen2.5-Coder-0.5B GGUF. Greedy speculative output with
+the real SmolLM2 drafter equals the engine's own greedy output token for token, and point-mass
+sampling at temperature 1 is distributed as the engine's own next-token law (chi-square).
+Skipped when the extra is not installed (CI does not build it: README)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+import torch
+from scipy import stats
+
+from omnidraft.decode.generate import generate_speculative
+from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.models.catalog import ensure_gguf
+from omnidraft.models.loading import load_model, load_tokenizer
+from omnidraft.propose.config import SpecConfig
+from omnidraft.serve.openai_api import NEUTRAL, OpenAITarget
+from omnidraft.translate.state import PairState
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("llama_cpp.server.app", reason="the llamacpp extra (llama-cpp-python[server])")
+
+KEY = "integration-key-0123456789"
+PROMPTS = ["Write a Python function that returns the factorial of n.",
+           "Write a Python function that reverses a string."]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(ensure_gguf("qwen2.5-coder-0.5b")),
+                             "--n_threads", "2", "--n_ctx", "2048", "--logits_all", "true", "--port", str(port),
+                             "--api_key", KEY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(urllib.request.Request(url + "/models", headers={"Authorization": f"Bearer {KEY}"}))
+            break
+        except OSError:
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+def _complete(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url + "/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    return json.load(urllib.request.urlopen(req))["choices"][0]
+
+
+def test_greedy_output_is_the_engines_own(engine):
+    ttok, dtok = load_tokenizer("qwen2.5-coder-0.5b"), load_tokenizer("smollm2-135m")
+    drafter = load_model("smollm2-135m")
+    pair = PairState(dtok, ttok, drafter.vocab_size, len(ttok))
+    for prompt in PROMPTS:
+        text = ttok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                        add_generation_prompt=True)
+        own = _complete(engine, {"prompt": text, "max_tokens": 32, "temperature": 0, "logprobs": 1, **NEUTRAL})
+        target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(), eos_ids={ttok.eos_token_id})
+        out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
+                                   max_new_tokens=32, chat=True)
+        assert [target.pieces.text[i] for i in out.token_ids] == own["logprobs"]["tokens"], prompt
+        assert out.metrics["accepted"] > 0
+        print(f"{out.metrics['accepted']}/{out.metrics['proposed']} accepted, {target.evaluations} requests "
+              f"for {len(out.token_ids)} tokens")
+
+
+def test_point_mass_sampling_is_the_engines_law(engine):
+    ttok = load_tokenizer("qwen2.5-coder-0.5b")
+    prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
+    row = _complete(engine, {"prompt": ttok.decode(prefix), "max_tokens": 1, "temperature": 0, "logprobs": 20,
+                             **NEUTRAL})["logprobs"]["top_logprobs"][0]
+    target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=1.0, seed=3),
+                          eos_ids={ttok.eos_token_id})
+    law = {target.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
+    ranked = sorted(law, key=law.get, reverse=True)
+    d = ranked[1]  # drafted: the second likeliest, so both acceptances and corrections occur
+    draws = 120
+    seen = Counter()
+    for _ in range(draws):
+        target.start(prefix)
+        v = target.verify([d])
+        seen[d if v.accepted else v.token] += 1
+    cells = [i for i in ranked if law[i] * draws >= 5]
+    obs = [seen[i] for i in cells] + [draws - sum(seen[i] for i in cells)]
+    exp = [law[i] * draws for i in cells]
+    exp.append(draws - sum(exp))
+    print(f"cells {[(ttok.decode([i]), round(law[i], 3), seen[i]) for i in cells]}, {target.evaluations} requests")
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
