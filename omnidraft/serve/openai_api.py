@@ -245,6 +245,10 @@ class OpenAITarget:
         a cut proposal is verified as far as it was sent."""
         if any(not 0 <= t < self.vocab_size for t in proposal):
             raise ValueError(f"proposal ids must be in 0..{self.vocab_size - 1}")
+        if not self._expressible(self.context):  # checked before the next round, so the token that
+            # made it so stays committed (dropping it would bias sampling): the fallback goes on from it
+            raise RemoteUnavailable("the target's output has no text that tokenises back to it",
+                                    "an OpenAI-API target re-tokenises text; use a local fallback target")
         sent = self._sendable(list(proposal))
         ids = self.context + sent
         if len(ids) + 1 > self.max_length:
@@ -260,9 +264,6 @@ class OpenAITarget:
         self.context += sent[: verdict.accepted] + [verdict.token]
         if self.record_topk:
             self.last_rows = self._top(rows[: verdict.accepted + 1])
-        if verdict.token not in self.eos_ids and not self._expressible(self.context):
-            raise RemoteUnavailable("the target's output has no text that tokenises back to it",
-                                    "an OpenAI-API target re-tokenises text; use a local fallback target")
         return verdict
 
     def _rows(self, choice: dict, ids: list[int]) -> list[Row]:

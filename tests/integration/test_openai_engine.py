@@ -7,10 +7,6 @@ Skipped when the extra is not installed (CI does not build it: README)."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections import Counter
 
@@ -23,6 +19,7 @@ from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.models.catalog import ensure_gguf
 from omnidraft.models.loading import load_model, load_tokenizer
 from omnidraft.propose.config import SpecConfig
+from omnidraft.serve.llamacpp import llamacpp_server
 from omnidraft.serve.openai_api import NEUTRAL, OpenAITarget
 from omnidraft.translate.state import PairState
 
@@ -36,22 +33,8 @@ PROMPTS = ["Write a Python function that returns the factorial of n.",
 
 @pytest.fixture(scope="module")
 def engine():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(ensure_gguf("qwen2.5-coder-0.5b")),
-                             "--n_threads", "2", "--n_ctx", "2048", "--logits_all", "true", "--port", str(port),
-                             "--api_key", KEY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(urllib.request.Request(url + "/models", headers={"Authorization": f"Bearer {KEY}"}))
-            break
-        except OSError:
-            time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    with llamacpp_server(ensure_gguf("qwen2.5-coder-0.5b"), KEY) as url:
+        yield url
 
 
 def _complete(url: str, body: dict) -> dict:

@@ -18,6 +18,8 @@ from omnidraft.propose.config import SpecConfig
 from omnidraft.decode.verify import Verdict
 from omnidraft.serve.http import BadReply, RemoteUnavailable
 from omnidraft.serve.openai_api import OpenAITarget
+from omnidraft.serve.remote import FallbackTarget
+from omnidraft.decode.target import LocalTarget
 from omnidraft.translate.state import PairState
 
 from ..bigram import BigramLM
@@ -125,8 +127,30 @@ def test_a_context_no_text_expresses_ends_the_remote_generation(engine, qwen_tok
     x, space, eq = qwen_tok.convert_tokens_to_ids(["x", "Ġ", "="])
     target.start([x, space])  # "x " is its own tokenisation; "x =" is not x, " ", "="
     monkeypatch.setattr(target, "_judge", lambda sent, rows, last: Verdict(0, eq))
+    assert target.verify([]) == Verdict(0, eq)  # committed: a fallback continues after it
     with pytest.raises(RemoteUnavailable, match="tokenises back"):
         target.verify([])
-    target.context = [x, space, eq]
+    monkeypatch.setattr(target, "_expressible", lambda ids: True)
     with pytest.raises(BadReply, match="tokenised the prompt differently"):
         target.verify([])
+
+
+def test_the_local_fallback_continues_when_the_engine_goes_away(qwen_tok, smollm_tok):
+    lm = BigramLM(vocab_len(qwen_tok), _favour(qwen_tok), seed=12, noise=0.4, rest_mass=1e-6, name="target")
+    stub = LlamaCppStub(lm, qwen_tok, TOKEN, {qwen_tok.eos_token_id}, _free_port())
+    remote = OpenAITarget(stub.url, TOKEN, None, qwen_tok, SamplingConfig(), eos_ids={qwen_tok.eos_token_id},
+                          retries=0, timeout=5)
+    verify = remote.verify
+
+    def dies_after_two(proposal, q=None):
+        if stub.requests >= 2:
+            stub.stop()
+        return verify(proposal, q)
+    remote.verify = dies_after_two
+    target = FallbackTarget(remote, LocalTarget(lm.fork(), SamplingConfig(), stream="fallback"))
+    drafter = BigramLM(vocab_len(smollm_tok), _favour(smollm_tok), seed=11, noise=0.4, rest_mass=1e-6)
+    pair = PairState(smollm_tok, qwen_tok, drafter.vocab_size, lm.vocab_size)
+    out = generate_speculative(drafter, target, pair, PROMPTS[1], cfg=SpecConfig("omnidraft", k=4),
+                               max_new_tokens=24, sampling=SamplingConfig())
+    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[1], max_new_tokens=24, sampling=SamplingConfig())
+    assert target.fell_back and out.token_ids == own.token_ids
