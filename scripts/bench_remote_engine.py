@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     ap = parser(__doc__, target="qwen2.5-coder-0.5b", max_new_tokens=24)
     ap.add_argument("--code", type=int, default=1, help="HumanEval prompts")
     ap.add_argument("--chat", type=int, default=2, help="chat prompts")
-    ap.add_argument("--rtts", nargs="+", type=float, default=[0, 20, 80])
+    ap.add_argument("--rtts", nargs="*", type=float, default=[0, 20, 80], help="none: the sessions only")
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--session-tokens", type=int, default=16, help="new tokens per concurrent session")
     args = ap.parse_args(argv)

@@ -28,7 +28,8 @@ def llamacpp_server(gguf: Path, key: str, *, threads: int = 2, logits_all: bool 
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--n_threads",
                              str(threads), "--n_ctx", str(n_ctx), "--logits_all", str(logits_all).lower(),
-                             "--host", "127.0.0.1", "--port", str(port), "--api_key", key],
+                             "--host", "127.0.0.1", "--port", str(port), "--api_key", key,
+                             "--interrupt_requests", "false"],  # queue concurrent requests, not cut them
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     try:
