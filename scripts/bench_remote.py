@@ -19,7 +19,7 @@ import time
 
 import torch
 from benchio import save, stamp_report, table
-from benchsetup import load_models, logger, parser, prompt_mix, start
+from benchsetup import concurrently, load_models, logger, parser, prompt_mix, start
 
 
 def serve(model, name, token):
@@ -131,18 +131,13 @@ def main(argv=None) -> int:
         except Exception as err:  # counted, reported
             errors.append(repr(err))
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.sessions)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    wall = concurrently(client, args.sessions)
     lat = sorted(latencies)
     report["load"] = {"sessions": args.sessions, "requests_each": args.requests,
                       "p50_ms": round(1e3 * statistics.median(lat), 1),
                       "p95_ms": round(1e3 * lat[int(0.95 * (len(lat) - 1))], 1),
                       "errors": len(errors), "error_samples": errors[:3], "cross_session_mismatches": len(leaks),
-                      "wall_s": round(time.perf_counter() - t0, 2)}
+                      "wall_s": round(wall, 2)}
     server.should_exit = True
     md = [f"{args.drafter} on the device side -> {args.target} served by `omnidraft.serve.server` on loopback, "
           f"{args.dtype}, greedy, {len(prompts)} prompts x {args.max_new_tokens} tokens. Network delay is "

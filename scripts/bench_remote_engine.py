@@ -17,13 +17,12 @@ import math
 import secrets
 import statistics
 import sys
-import threading
 import time
 import urllib.request
 from contextlib import ExitStack
 
 from benchio import save, stamp_report, table
-from benchsetup import logger, parser, prompt_mix, start
+from benchsetup import concurrently, logger, parser, prompt_mix, start
 
 
 def stream_alone(url: str, key: str, text: str, max_tokens: int, rtt_ms: float, tok) -> dict:
@@ -128,23 +127,11 @@ def main(argv=None) -> int:
                 results[j] = pair_run(drafters[j], p, chat, args.session_tokens, 0.0, lat.append)
             except Exception as err:  # counted, reported
                 errors.append(repr(err))
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=session, args=(j,)) for j in range(args.sessions)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        wall = concurrently(session, args.sessions)
         alone = []
         texts = [ttok.decode(encode_prompt(ttok, p, chat=c)) for p, c in prompts]
-        streams = [threading.Thread(target=lambda j=j: alone.append(stream_alone(
-            plain, key, texts[j % len(texts)], args.session_tokens, 0.0, ttok))) for j in range(args.sessions)]
-        for t in streams:
-            t.start()
-        for t in streams:
-            t.join()
-        wall_alone = time.perf_counter() - t0
+        wall_alone = concurrently(lambda j: alone.append(stream_alone(
+            plain, key, texts[j % len(texts)], args.session_tokens, 0.0, ttok)), args.sessions)
         lat.sort()
         report["sessions"] = {
             "n": args.sessions, "tokens": sum(r.get("tokens", 0) for r in results), "wall_s": round(wall, 2),

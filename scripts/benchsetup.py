@@ -3,7 +3,7 @@
 Knows the command-line options every script has (drafter and target names, dtype, threads,
 draft length, new tokens, prompt count, output folder), the torch thread and seed setup, how a
 model is loaded with its tokenizer and paired with another, the mixed HumanEval + chat prompt
-lists, and the stderr progress log. Does not know what a benchmark measures, its own options, or
+lists, the stderr progress log, and running clients concurrently. Does not know what a benchmark measures, its own options, or
 how its results are written (benchio.py).
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -93,3 +95,14 @@ def prompt_mix(code: int, chat: int, *, code_start: int = 0, chat_start: int = 0
 
     return [(p, False) for p in humaneval(limit=code, start=code_start)] + \
         [(p, True) for p in CHAT_PROMPTS[chat_start: chat_start + chat]]
+
+
+def concurrently(client: Callable[[int], None], n: int) -> float:
+    """Run ``client(0..n-1)`` in n threads at once; the wall seconds until all have returned."""
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0

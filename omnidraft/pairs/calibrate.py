@@ -50,12 +50,15 @@ def fresh_adapter(session) -> str:
 
 def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, budget_s: float | None = None,
             label: str = "calibrating") -> dict:
-    """Run prompts through the session (and the target alone when ``ar``), interleaved per
-    prompt. Whole-generation and decode-only (prefill excluded) tokens/s for both."""
+    """Run prompts through the session (and the target alone when ``ar``; an engine's own
+    generation when the target is an OpenAI-API one), interleaved per prompt. Whole-generation and
+    decode-only (prefill excluded) tokens/s for both."""
     import statistics
 
     from omnidraft.decode.generate import generate_ar
+    from omnidraft.decode.text import encode_prompt
 
+    engine = getattr(session.target, "generate_alone", None)  # an OpenAI-API target's engine
     t0 = time.perf_counter()
     tot = {"tokens": 0, "wall": 0.0, "decode": 0.0, "proposed": 0, "accepted": 0, "ar_tokens": 0, "ar_wall": 0.0,
            "ar_decode": 0.0, "prompts": 0, "forwards": 0}
@@ -77,6 +80,10 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
             tot["ar_tokens"] += a["new_tokens"]
             tot["ar_wall"] += a["wall_s"]
             tot["ar_decode"] += a["wall_s"] - a["prefill_s"]
+        elif engine is not None:
+            n_alone, s_alone = engine(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
+            tot["ar_tokens"] += n_alone
+            tot["ar_wall"] += s_alone
         tot["prompts"] += 1
         say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     say("")
@@ -86,10 +93,11 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
            "decode_tokens_per_s": round(tot["tokens"] / max(tot["decode"], 1e-9), 3),
            "tokens_per_target_forward": round(tot["tokens"] / max(tot["forwards"], 1), 3),
            "translate_ms": round(statistics.median(translate), 3) if translate else 0.0}
-    if ar and tot["ar_wall"]:
+    if tot["ar_wall"]:
         out["ar_tokens_per_s"] = round(tot["ar_tokens"] / tot["ar_wall"], 3)
-        out["ar_decode_tokens_per_s"] = round(tot["ar_tokens"] / max(tot["ar_decode"], 1e-9), 3)
         out["speedup"] = round(out["tokens_per_s"] / out["ar_tokens_per_s"], 3)
+    if ar and tot["ar_wall"]:
+        out["ar_decode_tokens_per_s"] = round(tot["ar_tokens"] / max(tot["ar_decode"], 1e-9), 3)
     return out
 
 
@@ -163,6 +171,9 @@ def format_report(r: dict) -> str:
         if "ar_tokens_per_s" in c:
             line += f" vs target alone {c['ar_tokens_per_s']:.2f} tokens/s ({c['speedup']:.2f}x)"
         lines.append(line)
+        if r["runtimes"]["target"] == "remote" and c.get("speedup", 1.0) < 1.0:
+            lines.append("  the engine generating alone is faster than the pair through its API on this server: "
+                         "let it generate (README: when to use which)")
         if cm:
             err = c["decode_tokens_per_s"] / max(cm["predicted_tokens_per_s"], 1e-9) - 1
             lines.append(f"  decoding (prefill excluded): measured {c['decode_tokens_per_s']:.2f} tokens/s, "

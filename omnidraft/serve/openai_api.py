@@ -29,6 +29,7 @@ Knows the completions API and the tokenizer; nothing about drafters.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -230,6 +231,18 @@ class OpenAITarget:
     def _residual(self, prefix: list[int], rejected: int) -> int:
         choice = self._complete(prefix, echo=False, temperature=1.0, bias={rejected: BAN}, logprobs=1)
         return self._generated(choice)
+
+    def generate_alone(self, prompt_ids: list[int], max_new_tokens: int) -> tuple[int, float]:
+        """The engine generating greedily on its own, one request: (tokens, seconds). The honest
+        baseline of a cloud pair (no per-token round trip)."""
+        t0 = time.perf_counter()
+        choice = self.http.call("POST", "/completions", {
+            "model": self.model, "prompt": self._text(list(prompt_ids)), "max_tokens": max_new_tokens,
+            "temperature": 0.0, **NEUTRAL})["choices"][0]
+        seconds = time.perf_counter() - t0
+        if choice.get("finish_reason") == "length":
+            return max_new_tokens, seconds
+        return len(self.tok(choice.get("text") or "", add_special_tokens=False).input_ids), seconds
 
     # ------------------------------------------------------------------ Target protocol
     def start(self, prompt_ids: list[int]) -> None:

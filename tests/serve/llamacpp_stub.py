@@ -59,6 +59,19 @@ class LlamaCppStub:
         self.server.should_exit = True
         self.thread.join(5)
 
+    def generate(self, ids: list[int], max_tokens: int) -> dict:
+        """Greedy generation on its own (no logprobs): the text of up to ``max_tokens`` tokens."""
+        out: list[int] = []
+        finish = "length"
+        while len(out) < max_tokens:
+            gen = int(self.lm.logits_after((ids + out)[-1:])[-1].argmax())
+            if gen in self.eos_ids:
+                finish = "stop"
+                break
+            out.append(gen)
+        return {"object": "text_completion", "model": "stub",
+                "choices": [{"text": self.tok.decode(out), "index": 0, "logprobs": None, "finish_reason": finish}]}
+
     def _entry(self, logprobs: torch.Tensor, n: int) -> dict:
         top = torch.topk(logprobs, n)
         return {self.text[int(i)]: float(v) for v, i in zip(top.values, top.indices)}
@@ -66,6 +79,8 @@ class LlamaCppStub:
     def complete(self, body: dict):
         prompt = body["prompt"]
         ids = self.tok(prompt, add_special_tokens=False).input_ids
+        if body.get("max_tokens", 16) > 1:
+            return self.generate(ids, body["max_tokens"])
         logprobs = torch.log_softmax(self.lm.logits_after(ids).float(), dim=-1)  # [n, V]
         last = logprobs[-1].clone()
         for i, b in (body.get("logit_bias") or {}).items():

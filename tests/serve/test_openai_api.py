@@ -72,6 +72,15 @@ def test_greedy_speculative_output_is_the_targets_own(engine, smollm_tok, qwen_t
         assert ids.shape == probs.shape and ids.shape[1] == 8 and float(probs[0, 0]) > 0
 
 
+def test_the_engine_alone_is_timed_in_one_request(engine, qwen_tok):
+    lm, stub = engine
+    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
+    before = stub.requests
+    n, seconds = _target(stub, qwen_tok).generate_alone(qwen_tok(PROMPTS[0], add_special_tokens=False).input_ids, 12)
+    assert n == len([t for t in own.token_ids if t != qwen_tok.eos_token_id]) and seconds > 0
+    assert stub.requests == before + 1
+
+
 def _committed(stub, tok, prefix_ids, proposal, draws):
     target = _target(stub, tok, SamplingConfig(temperature=1.0, seed=5))
     out = Counter()
