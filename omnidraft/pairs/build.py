@@ -115,25 +115,27 @@ def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str =
         if not name:
             raise OmniDraftError("an OpenAI-API target needs its tokenizer",
                                  "pass --target-tokenizer (a catalog name or model dir of the served model)")
-        target = _openai_target(ref.removeprefix("openai+"), name, token=token, sampling=sampling, verify=verify,
-                                record_topk=record_topk, model=target_model, max_length=target_context)
+        tok = load_tokenizer(name)
+        target = _openai_target(ref.removeprefix("openai+"), tok, name, token=token, sampling=sampling,
+                                verify=verify, record_topk=record_topk, model=target_model, max_length=target_context)
     else:
         target = RemoteTarget(ref, token, sampling, verify, record_topk)
-        name = tokenizer or fallback or target.info()["model"]
+        tok = load_tokenizer(tokenizer or fallback or target.info()["model"])
     if fallback:
         target = FallbackTarget(target, LocalTarget(load_model(fallback, dtype=dtype), sampling, verify,
                                                     record_topk, stream="fallback"))
-    return target, load_tokenizer(name)
+    return target, tok
 
 
-def _openai_target(url: str, tokenizer: str, *, token: str, sampling: SamplingConfig, verify: str,
+def _openai_target(url: str, tok, tokenizer: str, *, token: str, sampling: SamplingConfig, verify: str,
                    record_topk: int, model: str | None, max_length: int):
+    """The OpenAITarget at ``url``; its EOS ids: ``tok``'s and those of the generation config beside
+    the tokenizer ``tokenizer`` names."""
     from omnidraft.decode.text import generation_eos_ids
     from omnidraft.serve.openai_api import TOP_N, OpenAITarget
 
     if verify != "point-mass" and not sampling.greedy:
         raise OmniDraftError("an OpenAI-API target verifies by point-mass", "drop --verify rejection")
-    tok = load_tokenizer(tokenizer)
     eos = {tok.eos_token_id} - {None}
     try:
         from transformers import GenerationConfig

@@ -163,3 +163,13 @@ def test_the_local_fallback_continues_when_the_engine_goes_away(qwen_tok, smollm
                                max_new_tokens=24, sampling=SamplingConfig())
     own = generate_ar(lm.fork(), qwen_tok, PROMPTS[1], max_new_tokens=24, sampling=SamplingConfig())
     assert target.fell_back and out.token_ids == own.token_ids
+
+
+def test_an_openai_url_names_the_target(engine):
+    from omnidraft.pairs.build import load_target
+
+    lm, stub = engine
+    target, tok = load_target("openai+" + stub.url, sampling=SamplingConfig(), verify="point-mass", token=TOKEN,
+                              tokenizer="qwen2.5-coder-0.5b", record_topk=64)
+    assert isinstance(target, OpenAITarget) and target.model == "stub" and target.record_topk == 20
+    assert tok.eos_token_id in target.eos_ids and len(target.eos_ids) >= 1
