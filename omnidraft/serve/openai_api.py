@@ -1,18 +1,22 @@
 """A cloud target on an OpenAI-compatible completions server, with no server code of ours:
 each verify is one `/v1/completions` request whose prompt is the committed context plus the
 proposal, asking for one generated token and the top-N log-probabilities at every prompt position
-(``echo`` + ``logprobs``, llama-cpp-python's server; the engine's prefix cache keeps the resent
-context cheap to evaluate).
+(``echo`` + ``logprobs``, llama-cpp-python's server). The engine's prefix cache keeps the resent
+context cheap to evaluate, but that server's echo path costs ~0.13 s per prompt position in Python
+(README: when to use which).
 
 What such a reply does and does not say, and how each gap is closed exactly:
 - The prompt is text, so the engine re-tokenises it. A proposal is cut to its longest prefix whose
   text tokenises back to the same ids (target tokenizer), and every reply's echoed pieces are
-  checked against the ids sent; a context that no text expresses ends the generation here
-  (RemoteUnavailable: a FallbackTarget continues locally).
+  checked against the ids sent. Proposals stop before specials and tokens ending inside a
+  character (forcing one cannot report its probability). A context that no text expresses ends
+  the remote generation at the next verify, its last token committed (RemoteUnavailable: a
+  FallbackTarget continues locally from it).
 - llama-cpp-python's ``top_logprobs[i]`` is the distribution *after* token i (for token i+1) plus
   an entry for token i itself (abetlen/llama-cpp-python#1983); its keys are token texts, so ids
-  sharing a text (specials, partial UTF-8) cannot be told apart. ``Row`` keeps only what is
-  certain: the probabilities of ids named unambiguously, and a ceiling on every other id's.
+  sharing a text (specials, partial UTF-8) cannot be told apart there. ``Row`` keeps only what is
+  certain: the probabilities of ids named unambiguously, and a ceiling on every other id's. A
+  generated token is named by its text among whole-character ids (Pieces.whole_ids).
 - Greedy: a row's argmax is certain when its best known id reaches the ceiling; else one probe
   request (temperature 0 at that prefix) names it. The bonus is the verify request's own
   generated token (temperature 0). An end of generation (the API does not name the id) is the
