@@ -48,6 +48,37 @@ def stream_alone(url: str, key: str, text: str, max_tokens: int, rtt_ms: float, 
             "tokens": max_tokens if finish == "length" else len(tok(out, add_special_tokens=False).input_ids)}
 
 
+def _post(url: str, key: str, body: dict) -> float:
+    """Seconds for one /completions request (its reply read whole)."""
+    req = urllib.request.Request(url + "/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    t0 = time.perf_counter()
+    urllib.request.urlopen(req).read()
+    return time.perf_counter() - t0
+
+
+def resend_cost(url: str, key: str, tok, text: str, lengths: list[int]) -> list[dict]:
+    """What resending a context costs at each length n: the prompt evaluated from scratch, with the
+    engine's prefix cache holding all but the last 4 tokens (no log-probabilities), and the same
+    prefix hit as a verify request (echo + 20 log-probabilities at every position)."""
+    from omnidraft.serve.openai_api import NEUTRAL
+
+    ids = tok(text, add_special_tokens=False).input_ids
+    rows = []
+    for n in lengths:
+        context, full = tok.decode(ids[:n]), tok.decode(ids[:n + 4])
+        one = {"max_tokens": 1, "temperature": 0, **NEUTRAL}
+        _post(url, key, {"prompt": "#" + full, **one})  # some other prompt: nothing of ``full`` cached
+        cold = _post(url, key, {"prompt": full, **one})
+        _post(url, key, {"prompt": context, **one})  # the cache now holds the context
+        hit = _post(url, key, {"prompt": full, **one})
+        _post(url, key, {"prompt": context, **one})
+        echo = _post(url, key, {"prompt": full, "echo": True, "logprobs": 20, **one})
+        rows.append({"context_tokens": n, "cold_s": round(cold, 3), "prefix_hit_s": round(hit, 3),
+                     "verify_echo_s": round(echo, 3), "echo_s_per_position": round(echo / (n + 4), 4)})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = parser(__doc__, target="qwen2.5-coder-0.5b", max_new_tokens=24)
     ap.add_argument("--code", type=int, default=1, help="HumanEval prompts")
@@ -55,6 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rtts", nargs="*", type=float, default=[0, 20, 80], help="none: the sessions only")
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--session-tokens", type=int, default=16, help="new tokens per concurrent session")
+    ap.add_argument("--resend", nargs="*", type=int, default=[32, 128, 512],
+                    help="context lengths at which to time resending a context (none: skip)")
     args = ap.parse_args(argv)
     start(args.threads)
     log = logger("remote-engine")
@@ -103,7 +136,9 @@ def main(argv=None) -> int:
         drafter = load_drafter(args.drafter, "auto")
         report = stamp_report(cpu=cpu_info(), target=args.target, gguf=gguf.name, drafter=args.drafter,
                               drafter_runtime=type(drafter).__name__, k=args.k, max_new_tokens=args.max_new_tokens,
-                              rtt_simulated=True, rows={}, sessions={})
+                              rtt_simulated=True, rows={}, sessions={}, resend=[])
+        report["resend"] = resend_cost(url, key, ttok, "\n\n".join(p for p, _ in prompt_mix(20, 0)), args.resend)
+        log(f"resending a context: {report['resend']}")
         for rtt in args.rtts:
             rows = []
             for i, (p, chat) in enumerate(prompts):
@@ -115,36 +150,49 @@ def main(argv=None) -> int:
                     f"pair {paired['tokens'] / paired['s']:.2f} tok/s, {paired['evaluations']} evaluations "
                     f"for {paired['tokens']} tokens")
             report["rows"][str(rtt)] = rows
-        # concurrent sessions: each its own (eager) drafter, one prompt, against the one server
-        lat: list[float] = []
-        drafters = [load_drafter(args.drafter, "eager") for _ in range(args.sessions)]
-        results: list[dict] = [{}] * args.sessions
-        errors: list[str] = []
+        if args.sessions:
+            report["sessions"] = sessions(args, prompts, pair_run, plain, key, ttok)
+            log(f"{args.sessions} sessions: {report['sessions']}")
+    finally:
+        servers.close()
+    save(args.out, "remote-engine", "The pair against a serving engine's OpenAI API (llama-cpp-python)", report,
+         markdown(report, args, gguf.name))
+    return 0
 
-        def session(j):
-            p, chat = prompts[j % len(prompts)]
-            try:
-                results[j] = pair_run(drafters[j], p, chat, args.session_tokens, 0.0, lat.append)
-            except Exception as err:  # counted, reported
-                errors.append(repr(err))
-        wall = concurrently(session, args.sessions)
-        alone = []
-        texts = [ttok.decode(encode_prompt(ttok, p, chat=c)) for p, c in prompts]
-        wall_alone = concurrently(lambda j: alone.append(stream_alone(
-            plain, key, texts[j % len(texts)], args.session_tokens, 0.0, ttok)), args.sessions)
-        lat.sort()
-        report["sessions"] = {
-            "n": args.sessions, "tokens": sum(r.get("tokens", 0) for r in results), "wall_s": round(wall, 2),
+
+def sessions(args, prompts, pair_run, plain: str, key: str, ttok) -> dict:
+    """``args.sessions`` device sessions at once (each its own eager drafter, one prompt) against
+    the one server, then as many streams of the engine alone; per-verify p50/p95."""
+    from omnidraft.decode.text import encode_prompt
+    from omnidraft.pairs.build import load_drafter
+
+    lat: list[float] = []
+    drafters = [load_drafter(args.drafter, "eager") for _ in range(args.sessions)]
+    results: list[dict] = [{}] * args.sessions
+    errors: list[str] = []
+
+    def session(j):
+        p, chat = prompts[j % len(prompts)]
+        try:
+            results[j] = pair_run(drafters[j], p, chat, args.session_tokens, 0.0, lat.append)
+        except Exception as err:  # counted, reported
+            errors.append(repr(err))
+    wall = concurrently(session, args.sessions)
+    alone = []
+    texts = [ttok.decode(encode_prompt(ttok, p, chat=c)) for p, c in prompts]
+    wall_alone = concurrently(lambda j: alone.append(stream_alone(
+        plain, key, texts[j % len(texts)], args.session_tokens, 0.0, ttok)), args.sessions)
+    lat.sort()
+    return {"n": args.sessions, "tokens": sum(r.get("tokens", 0) for r in results), "wall_s": round(wall, 2),
             "verifies": len(lat), "p50_s": round(statistics.median(lat), 3) if lat else None,
             "p95_s": round(lat[math.ceil(0.95 * len(lat)) - 1], 3) if lat else None, "errors": errors,
             "alone_tokens": sum(a["tokens"] for a in alone), "alone_wall_s": round(wall_alone, 2)}
-        log(f"{args.sessions} sessions: {report['sessions']}")
-    finally:
-        servers.close()
 
+
+def markdown(report: dict, args, gguf: str) -> list[str]:
     cpu = report["cpu"]
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}. Server: llama-cpp-python's "
-          f"OpenAI server, {gguf.name}, {args.threads} threads, logits_all; client on the same machine (loopback). "
+          f"OpenAI server, {gguf}, {args.threads} threads, logits_all; client on the same machine (loopback). "
           f"Drafter {args.drafter} ({report['drafter_runtime']}), omnidraft k = {args.k}, greedy, "
           f"{args.max_new_tokens} new tokens. RTT is SIMULATED (a sleep before each request). `{report['command']}`", "",
           "| RTT (simulated) | prompt tokens | engine alone, streaming: tokens/s (first token s) | pair: tokens/s | "
@@ -157,15 +205,22 @@ def main(argv=None) -> int:
                       f"{p['tokens'] / p['s']:.3f} | {(p['tokens'] / p['s']) / (a['tokens'] / a['s']):.3f} | "
                       f"{p['evaluations'] / p['tokens']:.2f} | {p['requests'] / p['tokens']:.2f} | "
                       f"{p['accepted'] / max(1, p['proposed']):.2f} |")
+    if report["resend"]:
+        md += ["", "## Resending the context: what the prefix cache saves (verify-shaped requests: context + 4 tokens)",
+               ""]
+        md += table(["context tokens", "from scratch s", "prefix cached, no log-probabilities s",
+                     "prefix cached, echo + 20 log-probabilities (a verify) s", "echo s per prompt position"],
+                    [[r["context_tokens"], r["cold_s"], r["prefix_hit_s"], r["verify_echo_s"], r["echo_s_per_position"]]
+                     for r in report["resend"]])
     s = report["sessions"]
-    md += ["", f"## {s['n']} concurrent sessions, {args.session_tokens} new tokens each, RTT 0", ""]
-    md += table(["", "tokens", "wall s", "tokens/s", "verifies", "p50 s / verify", "p95 s / verify", "errors"],
-                [["pairs", s["tokens"], s["wall_s"], round(s["tokens"] / s["wall_s"], 3), s["verifies"], s["p50_s"],
-                  s["p95_s"], len(s["errors"])],
-                 ["engine alone, streaming", s["alone_tokens"], s["alone_wall_s"],
-                  round(s["alone_tokens"] / s["alone_wall_s"], 2), "", "", "", 0]])
-    save(args.out, "remote-engine", "The pair against a serving engine's OpenAI API (llama-cpp-python)", report, md)
-    return 0
+    if s:
+        md += ["", f"## {s['n']} concurrent sessions, {args.session_tokens} new tokens each, RTT 0", ""]
+        md += table(["", "tokens", "wall s", "tokens/s", "verifies", "p50 s / verify", "p95 s / verify", "errors"],
+                    [["pairs", s["tokens"], s["wall_s"], round(s["tokens"] / s["wall_s"], 3), s["verifies"],
+                      s["p50_s"], s["p95_s"], len(s["errors"])],
+                     ["engine alone, streaming", s["alone_tokens"], s["alone_wall_s"],
+                      round(s["alone_tokens"] / s["alone_wall_s"], 2), "", "", "", 0]])
+    return md
 
 
 if __name__ == "__main__":
