@@ -327,6 +327,3 @@ class OpenAITarget:
             for c, (i, p) in enumerate(best):
                 ids[r, c], probs[r, c] = i, p
         return ids, probs
-
-    def close(self) -> None:
-        self.http._drop()

@@ -34,7 +34,7 @@ class RemoteTarget:
     def __init__(self, url: str, token: str, sampling: SamplingConfig, mode: str = "point-mass",
                  record_topk: int = 0, *, timeout: float = 30.0, retries: int = 3, rtt_ms: float = 0.0):
         self.http = JsonClient(url, token, timeout=timeout, retries=retries, rtt_ms=rtt_ms)
-        self.url, self.sampling, self.mode, self.record_topk = url, sampling, mode, record_topk
+        self.sampling, self.mode, self.record_topk = sampling, mode, record_topk
         self.session: str | None = None
         self.round = 0
         self._info: dict | None = None
