@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--once", action="store_true", help="with run: exit when no pair has work")
     dm.add_argument("--throttle", type=float, default=0.0, help="seconds of rest after each trained "
                     "record (caps the CPU share)")
+    dm.add_argument("--config", default=None, help="JSON file of training-round settings (RoundConfig "
+                    "fields, e.g. {\"replay\": 64, \"train\": {\"lr\": 3e-4}}); default: the measured defaults")
     demo = sub.add_parser("demo", help="pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream, train a round, compare")
     demo.add_argument("--prompts", type=int, default=4)
     demo.add_argument("--max-new-tokens", type=int, default=48)

@@ -131,16 +131,52 @@ def test_round_publishes_and_the_guard_rejects_a_worse_candidate(self_pair):
     from omnidraft.train.tuning import RoundConfig, cursor, run_round
 
     s = self_pair
-    cfg = RoundConfig(max_records=8)
+    cfg = RoundConfig(min_records=8, max_records=8, replay=0, train=TrainConfig(lr=1e-4))  # a gentle round
     r1 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, cfg)
     assert r1["status"] == "published" and r1["acceptance_after"] >= r1["acceptance_before"] > 0.9
     assert len(r1["record_ids"]) == 8 and all(i % cfg.holdout_every for i in r1["record_ids"])
-    bad = RoundConfig(max_records=8, train=TrainConfig(method="full", lr=0.5))
+    bad = RoundConfig(min_records=8, max_records=8, replay=0, train=TrainConfig(method="full", lr=0.5))
     r2 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, bad)
     assert r2["status"] == "rejected" and r2["acceptance_after"] < r2["acceptance_before"]
     assert s.store.latest(s.spec.name) == r1["version"]  # nothing published
     assert cursor(s.spec, s.store) == r2["records_through"]  # the rejected records are consumed
     assert not set(r1["record_ids"]) & set(r2["record_ids"])
+
+
+def test_a_round_replays_earlier_records_and_takes_more_passes(self_pair):
+    from omnidraft.models.loading import load_model
+    from omnidraft.train.trainer import TrainConfig
+    from omnidraft.train.tuning import RoundConfig, run_round
+
+    s = self_pair
+    gentle = TrainConfig(lr=1e-4)  # the tiny random drafter's argmax flips at the default 1e-3
+    r1 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model,
+                   RoundConfig(min_records=8, max_records=8, train=gentle))
+    cfg = RoundConfig(min_records=8, max_records=8, replay=8, epochs=2, train=gentle)
+    r2 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, cfg)
+    assert r2["status"] == "published" and r2["base_version"] == r1["version"]
+    earlier = [i for i in range(1, r1["records_through"] + 1) if i % cfg.holdout_every]
+    assert len(earlier) == 8 and sorted(r2["replayed_ids"]) == earlier  # all of round 1's, none held out
+    assert not set(r2["replayed_ids"]) & set(r2["record_ids"])
+    assert r2["distill_steps"] == 2 * (8 + 8) // 8  # two passes over 8 new + 8 replayed records
+
+
+def test_round_settings_come_from_json_and_a_bad_name_is_one_error(tmp_path):
+    from omnidraft.errors import OmniDraftError
+    from omnidraft.train.daemon import load_config
+
+    good = tmp_path / "good.json"
+    good.write_text('{"replay": 64, "epochs": 2, "train": {"lr": 3e-4}}')
+    cfg = load_config(good)
+    assert (cfg.replay, cfg.epochs, cfg.train.learning_rate) == (64, 2, 3e-4)
+    for text, needle in [('{"replya": 1}', "unknown round option 'replya'"),
+                         ('{"train": {"lrr": 1}}', "unknown train option 'lrr'"),
+                         ('{"epochs": 0}', "RoundConfig.epochs must be >= 1"), ("[1]", "JSON object"),
+                         ("{", "cannot read")]:
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(OmniDraftError, match=needle):
+            load_config(bad)
 
 
 def _status(home):
@@ -153,7 +189,9 @@ def _status(home):
 def test_daemon_kill9_mid_training_resumes_without_loss_or_duplicates(self_pair, home):
     s = self_pair
     env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
-    cmd = [sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", "0.2"]
+    config = home.parent / "rounds.json"  # rounds from 8 records: the 24 trainable ones make several
+    config.write_text('{"min_records": 8}')
+    cmd = [sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", "0.2", "--config", str(config)]
     proc = subprocess.Popen(cmd + ["--throttle", "0.4"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:

@@ -35,7 +35,6 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     from omnidraft.pairs import programs
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.session import Session
-    from omnidraft.train.trainer import TrainConfig
     from omnidraft.train.tuning import RoundConfig, run_round
 
     say = say or (lambda *a, **k: print(*a, flush=True, **k))
@@ -76,7 +75,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
         f"{_reading(session)}")
 
     say("\none training round on the logged verifications ...")
-    cfg = RoundConfig(min_records=2, train=TrainConfig(update_interval=2, batch_size=2))
+    cfg = RoundConfig.from_dict({"min_records": 2, "train": {"update_interval": 2, "batch_size": 2}})
     result = run_round(session.spec, session.log, session.store, load_model(DEFAULT_DRAFTER, dtype="fp32").model,
                        cfg, progress=lambda m: err(f"\r  {m}", end=""))
     err("")

@@ -113,14 +113,37 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
     return 0
 
 
-def start(poll_s: float = 10.0, throttle_s: float = 0.0) -> int:
-    """Launch the daemon detached at low priority; returns its pid (an existing one if running)."""
+def load_config(path: str | Path | None):
+    """The RoundConfig of a JSON file (fields of RoundConfig, ``train`` / ``head`` nested), or
+    the defaults; a bad file is one clear error."""
+    from omnidraft.errors import OmniDraftError
+    from omnidraft.train.tuning import RoundConfig
+
+    if path is None:
+        return RoundConfig()
+    try:
+        fields = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise OmniDraftError(f"cannot read the daemon config {path}: {err}") from None
+    if not isinstance(fields, dict):
+        raise OmniDraftError(f"the daemon config {path} must hold a JSON object")
+    try:
+        return RoundConfig.from_dict(fields)
+    except TypeError as err:
+        raise OmniDraftError(f"bad daemon config {path}: {err}") from None
+
+
+def start(poll_s: float = 10.0, throttle_s: float = 0.0, config: str | Path | None = None) -> int:
+    """Launch the daemon detached at low priority; returns its pid (an existing one if running).
+    ``config``: a JSON file of RoundConfig fields (checked here, before launching)."""
     pid = read_pid()
     if pid:
         return pid
+    load_config(config)
     out = open(_dir() / "daemon.log", "ab")
+    extra = ["--config", str(Path(config).resolve())] if config else []
     proc = subprocess.Popen([sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", str(poll_s),
-                             "--throttle", str(throttle_s)],
+                             "--throttle", str(throttle_s), *extra],
                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, env=os.environ.copy())
     (_dir() / "pid").write_text(str(proc.pid))

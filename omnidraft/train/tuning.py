@@ -1,17 +1,21 @@
 """One fine-tuning round for a pair: read new verification records, train the drafter's LoRA
-adapter and the acceptance head (interleaved), check the candidate on held-out records, and
-publish it atomically unless it is significantly worse there (guard.py).
+adapter and the acceptance head (interleaved) on them plus a fixed budget of earlier records
+replayed, check the candidate on held-out records, and publish it atomically unless it is
+significantly worse there (guard.py). The defaults were chosen on a real 300-prompt stream
+(scripts/bench_trainer.py).
 
 Crash safety: a round's trained record ids go into the published version's meta.json (atomic
 with the weights); rejected rounds advance a cursor file. The next round starts after the larger
-of the two, so after a kill -9 no record is lost and none is trained on twice in the published
-lineage. Knows the log, the adapter store and the trainers; nothing about processes (daemon.py).
+of the two, so after a kill -9 no record is lost and none is trained on twice *as new* in the
+published lineage (replayed ones are listed apart). Knows the log, the adapter store and the trainers; nothing about processes (daemon.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -30,12 +34,15 @@ from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attac
 
 @dataclass(frozen=True)
 class RoundConfig:
-    min_records: int = 8  # train once this many new (non-held-out) records exist
+    min_records: int = 32  # train once this many new (non-held-out) records exist (a round's fixed cost
+    # is 15-80 s here: one-step rounds of 8 records spent most of the daemon's time on it)
     max_records: int = 64  # at most this many per round
     holdout_every: int = 5  # records whose id is a multiple of this are held out, never trained on
     eval_records: int = 32  # the most recent held-out records judge a candidate
     guard_alpha: float = 0.05  # reject a candidate only when significantly worse at this level (guard.py)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    replay: int = 64  # earlier training records trained on again each round (a fixed budget, against forgetting)
+    epochs: int = 1  # passes over the round's records (new + replayed), shuffled
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-3))  # LoRA: 1e-3 learns, 1e-4 barely
     head: HeadConfig = field(default_factory=lambda: HeadConfig(labels="greedy"))
 
     def __post_init__(self):
@@ -43,10 +50,32 @@ class RoundConfig:
                   (self.max_records >= self.min_records, "max_records", ">= min_records"),
                   (self.holdout_every >= 2, "holdout_every", ">= 2"),
                   (self.eval_records >= 1, "eval_records", ">= 1"),
-                  (0.0 < self.guard_alpha < 1.0, "guard_alpha", "in (0, 1)")]
+                  (0.0 < self.guard_alpha < 1.0, "guard_alpha", "in (0, 1)"),
+                  (self.replay >= 0, "replay", ">= 0"), (self.epochs >= 1, "epochs", ">= 1")]
         for ok, name, want in checks:
             if not ok:
                 raise OmniDraftError(f"RoundConfig.{name} must be {want}, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoundConfig":
+        """From JSON-like fields, ``train`` and ``head`` as nested dicts of the fields that differ
+        from the defaults; an unknown name is an error."""
+
+        def build(kind, fields: dict, where: str):
+            known = {f.name for f in dataclasses.fields(kind)}
+            bad = sorted(set(fields) - known)
+            if bad:
+                raise OmniDraftError(f"unknown {where} option {bad[0]!r}", f"known: {', '.join(sorted(known))}")
+            return fields
+        d, defaults = dict(build(cls, d, "round")), cls()
+        if "train" in d:  # over the round's own defaults (its learning rate, say)
+            train = dict(build(TrainConfig, d["train"], "train"))
+            if "target_modules" in train:
+                train["target_modules"] = tuple(train["target_modules"])
+            d["train"] = dataclasses.replace(defaults.train, **train)
+        if "head" in d:
+            d["head"] = dataclasses.replace(defaults.head, **build(HeadConfig, d["head"], "head"))
+        return cls(**d)
 
 
 @torch.no_grad()
@@ -138,23 +167,33 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
     if len(train_rows) < max(cfg.min_records, interval):
         return {"status": "waiting", "new_records": len([r for r in rows if r[0] % cfg.holdout_every])}
     through = train_rows[-1][0]
-    held = [r for r in log.read(spec.name, after=0, limit=10**9) if r[0] % cfg.holdout_every == 0]
-    held = [Record.from_bytes(r[2]) for r in held[-cfg.eval_records:]]
+    every = log.read(spec.name, after=0, limit=10**9)
+    held = [Record.from_bytes(r[2]) for r in [r for r in every if r[0] % cfg.holdout_every == 0][-cfg.eval_records:]]
+    earlier = [r for r in every if r[0] <= start and r[0] % cfg.holdout_every]
+    rnd = random.Random(through)
+    replayed = rnd.sample(earlier, min(cfg.replay, len(earlier)))
+    schedule = []
+    for _ in range(cfg.epochs):
+        rows_e = train_rows + replayed
+        if cfg.epochs > 1 or replayed:  # one pass over new records keeps the stream's order
+            rnd.shuffle(rows_e)
+        schedule += rows_e[: len(rows_e) // interval * interval]
     model, head, version = load_trainable(spec, store, base_model)
     head = head or AcceptanceHead(model.config.hidden_size, cfg.head.width)
     t0 = time.perf_counter()
     before = match_hits(model, held) if held else None
     model.train()
     trainer = AdaptiveTrainer(OnlineTrainer(model, cfg.train), HeadTrainer(head, model, cfg.head), "interleaved")
-    for n, (rid, _prompt, data) in enumerate(train_rows):
+    for n, (rid, _prompt, data) in enumerate(schedule):
         if wait_if_paused:
             wait_if_paused()
         trainer.add(Record.from_bytes(data))
-        say(f"{spec.name}: trained on {n + 1}/{len(train_rows)} records")
+        say(f"{spec.name}: trained on {n + 1}/{len(schedule)} records")
     model.eval()
     verdict = judge(before, match_hits(model, held), cfg.guard_alpha) if held else None
     info = {"records_from": train_rows[0][0], "records_through": through,
-            "record_ids": [r[0] for r in train_rows], "base_version": version,
+            "record_ids": [r[0] for r in train_rows], "replayed_ids": sorted(r[0] for r in replayed),
+            "epochs": cfg.epochs, "base_version": version,
             **(verdict.to_dict() if verdict else {"acceptance_before": None, "acceptance_after": None}),
             "held_out": len(held),
             "distill_steps": trainer.distill.steps, "head_steps": trainer.head.steps,
