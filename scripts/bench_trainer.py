@@ -42,8 +42,8 @@ def scores(model, held: dict) -> dict:
     return out
 
 
-def run_setting(name: str, fields: dict, rows, spec, held: dict, base_dir: Path, block: int, log) -> dict:
-    """Feed ``rows`` block by block to a fresh home's log and run the daemon's rounds."""
+def run_setting(name: str, fields: dict, rows, spec, held: dict, home: Path, block: int, log) -> dict:
+    """Feed ``rows`` block by block to the log of a fresh ``home`` and run the daemon's rounds."""
     from peft import PeftModel
 
     from omnidraft.models.loading import load_model
@@ -51,7 +51,6 @@ def run_setting(name: str, fields: dict, rows, spec, held: dict, base_dir: Path,
     from omnidraft.train.tuning import RoundConfig, run_round
     from omnidraft.train.verlog import VerificationLog
 
-    home = base_dir / f"s{abs(hash(name)) % 10**8}-{time.strftime('%H%M%S')}"
     home.mkdir(parents=True)
     (home / "models").symlink_to(Path(os.environ["OMNIDRAFT_REAL_HOME"]) / "models")
     os.environ["OMNIDRAFT_HOME"] = str(home)
@@ -169,8 +168,10 @@ def main() -> int:
                                   untrained=untrained, settings=[])
     scratch = Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)
-    for name, fields in settings.items():
-        report["settings"].append(run_setting(name, fields, rows, spec, held, scratch, args.block, log))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n, (name, fields) in enumerate(settings.items()):
+        home = scratch / f"{stamp}-setting{n}"
+        report["settings"].append(run_setting(name, fields, rows, spec, held, home, args.block, log))
         (scratch / "partial.json").write_text(json.dumps(report, indent=1))
     render(report, args.out)
     return 0
