@@ -26,6 +26,9 @@ class ExecuTorchLM:
     """One loaded program. ``length`` tokens are in its static cache; a rollback only moves the
     write position (the program attends only to positions before the one it writes).
 
+    A target program may hold a second method, ``decode``: one token, attending to the first
+    ``info.decode_window`` cache slots only; ``extend`` uses it while the context fits.
+
     ``extend`` returns logits, the last hidden state [1, H] and the head's P(accept) of the
     greedy next token [1]. A target program returns every position's logits [k, V] (the last
     one's with ``last_only``: a prefill computes one LM-head row); a drafter's returns the last
@@ -86,6 +89,8 @@ class ExecuTorchLM:
         try:
             program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
             self.method = program.load_method("forward")
+            # both methods share the caches; load every one now (loading one initialises them)
+            self.decode = program.load_method("decode") if self.info.decode_window else None
         except (RuntimeError, ValueError) as err:
             raise OmniDraftError(f"ExecuTorch could not load {self.dir / 'program.pte'} with {ptd}: {err}",
                                  "re-export the program with this executorch version (it needs the "
@@ -127,8 +132,11 @@ class ExecuTorchLM:
                   torch.tensor([self.length], dtype=torch.long)]  # [1]
         if every:  # [R]: the positions whose logits the program computes
             inputs.append(torch.tensor([k - 1]) if last_only else torch.arange(k))
+        # one token while the context fits the window: the method reading only the first window
+        # slots (the same bits as forward's, a shorter attention)
+        fits = k == 1 and self.decode is not None and self.length < self.info.decode_window
         with program_call():
-            logits, hid, accept = self.method.execute(inputs)  # logits [k or 1, V]
+            logits, hid, accept = (self.decode if fits else self.method).execute(inputs)  # logits [k or 1, V]
         self.tokens.extend(int(t) for t in ids)
         return Forward(logits=logits, hidden=hid if hidden else None, accept=accept)
 

@@ -33,6 +33,7 @@ class ProgramInfo:
     pte_bytes: int = 0
     versions: dict = field(default_factory=dict)
     eos_ids: list[int] = field(default_factory=list)  # the model's generation_config EOS ids
+    decode_window: int = 0  # > 0: a target's one-token method "decode" reads the first this many slots
 
     @property
     def role(self) -> str:

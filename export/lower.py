@@ -46,6 +46,9 @@ class ExportConfig:
     specvocab_k: int = 0  # > 0: the LM head as SpecVocab (ranking + exact logits on k candidates)
     delegate_adapter: bool = True  # adapter matmuls inside XNNPACK (weights still in the .ptd)
     role: str = "drafter"  # target: no LoRA, every position's logits
+    # target: a second, one-token method whose attention reads only the first decode_window cache
+    # slots (used while the context fits; 0 = none). Its numbers are the same bits as forward's
+    decode_window: int = 256
 
     def __post_init__(self):
         checks = [
@@ -58,6 +61,8 @@ class ExportConfig:
             (self.head_width >= 8, "head_width", ">= 8"),
             (self.specvocab_k >= 0, "specvocab_k", ">= 0 (0 = the full LM head)"),
             (self.role in ROLES, "role", f"one of {', '.join(ROLES)}"),
+            (self.decode_window >= 0 and self.decode_window % 64 == 0, "decode_window",
+             "a multiple of 64 (0 = no one-token method)"),
             (self.role == "drafter" or self.specvocab_k == 0, "specvocab_k",
              "0 for a target (verification needs every logit)"),
         ]
@@ -132,6 +137,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -141,35 +147,29 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     if cfg.delegate_adapter:
         _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
     try:
-        ids = torch.zeros(1, 4, dtype=torch.long)  # [1, T]
-        pos = torch.zeros(1, dtype=torch.long)  # [1]
-        seq = torch.export.Dim("T", min=1, max=cfg.max_seq)
-        args, dims = (ids, pos), ({1: seq}, None)
-        if program.all_logits:  # rows [R]: which of the T positions' logits to return
-            rows = torch.export.Dim("R", min=1, max=cfg.max_seq)
-            args, dims = (*args, torch.tensor([2, 3])), (*dims, {0: rows})
-        log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], max_seq {cfg.max_seq}")
-        with torch.no_grad():
-            ep = torch.export.export(program, args, dynamic_shapes=dims, strict=True)
-        fqns = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
-        for node in ep.graph.nodes:  # XNNPACK writes constants tagged so to the .ptd, not the .pte
-            if node.op == "placeholder" and is_adapter_param(fqns.get(node.name, "")):
-                node.meta.setdefault("custom", {})["delegate_constant_tag"] = "base"
+        methods = {"forward": _export_method(program, cfg, None, log)}
+        window = decode_window(cfg)
+        if program.batch_invariant and window:  # one-token decoding reading only the first `window` slots
+            methods["decode"] = _export_method(program, cfg, window, log)
         log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
         partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
         # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
         # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does
-        edge = to_edge_transform_and_lower(ep, partitioner=[partitioner],
+        edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
                                            compile_config=EdgeCompileConfig(_check_ir_validity=False))
-        sig = edge.exported_program().graph_signature
-        fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
-        by_name = {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}  # read outside the delegate
+        by_name = set()  # placeholders read outside the delegate, in any method
+        for name in methods:
+            sig = edge.exported_program(name).graph_signature
+            fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+            by_name |= {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}
         # a target's attention reads every cache slot (masked): its caches start as zeros, not as
-        # whatever the arena held; its cache writes (index_put) run in place, not on a copy
+        # whatever the arena held; its cache writes (index_put) run in place, not on a copy; its
+        # methods read and write one set of caches
         init = [InitializedMutableBufferPass(["kv_k_", "kv_v_"])] if program.batch_invariant else []
         et = edge.to_executorch(ExecutorchBackendConfig(
             external_constants=lambda node: "base" if node.name in by_name else None,
-            passes=init, run_reinplace_pass=True))
+            passes=init, run_reinplace_pass=True,
+            memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=len(methods) > 1)))
         tmp = out_dir / "program.pte.tmp"
         tmp.write_bytes(et.buffer)
         et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
@@ -197,13 +197,45 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         vocab_size=int(program.lm.config.vocab_size), hidden_size=int(program.lm.config.hidden_size),
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
-        ptd_keys=ptd_keys, export_seconds=round(time.perf_counter() - t0, 1),
+        ptd_keys=ptd_keys, decode_window=window if "decode" in methods else 0, export_seconds=round(time.perf_counter() - t0, 1),
         pte_bytes=len(et.buffer), versions=_versions(), eos_ids=_eos_ids(program.lm))
     info.save(out_dir / "program.json")
     n_del = sum(1 for keys in ptd_keys.values() if any(k not in adapter for k in keys))
     log(f"export: wrote {out_dir / 'program.pte'} ({len(et.buffer) / 2**20:.1f} MiB) and base.ptd "
         f"({len(adapter)} adapter tensors, {n_del} read inside XNNPACK) in {info.export_seconds:.0f} s")
     return info
+
+
+def decode_window(cfg: ExportConfig) -> int:
+    """The slots a target program's one-token method reads (0: no such method)."""
+    return cfg.decode_window if cfg.role == "target" and 0 < cfg.decode_window < cfg.max_seq else 0
+
+
+def _export_method(program: DraftProgram, cfg: ExportConfig, window: int | None,
+                   log: Callable[[str], None]) -> "torch.export.ExportedProgram":
+    """torch.export (strict) of ``program``: ``forward`` with a dynamic token count T (and row
+    count R for a target) and attention over the whole cache; with ``window``, the one-token
+    method (static shapes, attention over the first ``window`` slots). Adapter parameters are
+    tagged so XNNPACK writes them to the .ptd, not the .pte."""
+    program.window = window
+    ids = torch.zeros(1, 1 if window else 4, dtype=torch.long)  # [1, T]
+    pos = torch.zeros(1, dtype=torch.long)  # [1]
+    args, dims = (ids, pos), ({1: torch.export.Dim("T", min=1, max=cfg.max_seq)}, None)
+    if program.all_logits:  # rows [R]: which of the T positions' logits to return
+        args = (*args, torch.tensor([0]) if window else torch.tensor([2, 3]))
+        dims = (*dims, {0: torch.export.Dim("R", min=1, max=cfg.max_seq)})
+    what = f"its one-token method (first {window} slots)" if window else f"max_seq {cfg.max_seq}"
+    log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], {what}")
+    try:
+        with torch.no_grad():
+            ep = torch.export.export(program, args, dynamic_shapes=None if window else dims, strict=True)
+    finally:
+        program.window = None
+    fqns = {**ep.graph_signature.inputs_to_parameters, **ep.graph_signature.inputs_to_buffers}
+    for node in ep.graph.nodes:  # XNNPACK writes constants tagged so to the .ptd, not the .pte
+        if node.op == "placeholder" and is_adapter_param(fqns.get(node.name, "")):
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = "base"
+    return ep
 
 
 def _make_distinct(tensors: dict[str, torch.Tensor]) -> None:

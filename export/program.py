@@ -123,7 +123,10 @@ class DraftProgram(nn.Module):
     differently from its one-token path; per-token int8 activation quantisation turns those
     last-bit differences into logit differences of ~0.5, so a quantised target's verification
     would disagree with its own one-token decoding at near-ties. With it, a position's logits
-    are the same bits at any call width.
+    are the same bits at any call width. ``window`` (set while exporting a target's one-token
+    method): attention reads only the first ``window`` slots. An unread slot is one whose mask is
+    -inf, whose probability is an exact 0 and whose product terms come after the read ones, so a
+    position's logits are the same bits at any window that holds it (tested bit for bit).
 
     ``lm``: a Hugging Face causal LM, optionally with peft LoRA layers injected (pass
     ``peft_model.get_base_model()``); its attention is switched to the custom op in place.
@@ -147,6 +150,7 @@ class DraftProgram(nn.Module):
         self.specvocab_ranker = ranker
         self.k_vocab = k_vocab
         self.max_seq = max_seq
+        self.window: int | None = None  # batch-invariant only: the slots attention reads (per method)
         config = lm.config.get_text_config()
         window = getattr(config, "sliding_window", None)
         if window and max_seq > window and ("sliding_attention" in (getattr(config, "layer_types", None) or [])
@@ -178,7 +182,8 @@ class DraftProgram(nn.Module):
         cos = cos.reshape(1, -1, 1, self.head_dim)  # [1, T, 1, D]
         sin = sin.reshape(1, -1, 1, self.head_dim)
         slots = positions[0]  # [T]: the cache slots this call writes
-        mask = _causal_mask(slots, self.max_seq).unsqueeze(1) if self.batch_invariant else None  # [T, 1, S]
+        seen = self.window or self.max_seq  # the cache slots attention reads: the first `seen`
+        mask = _causal_mask(slots, seen).unsqueeze(1) if self.batch_invariant else None  # [T, 1, seen]
         for i, layer in enumerate(model.layers):
             attn = layer.self_attn
             x = _rms_norm(layer.input_layernorm, h)
@@ -192,6 +197,8 @@ class DraftProgram(nn.Module):
                 # (reshape, not k[0]: the layout change stays inside the projections' delegate)
                 kc[:, :, slots] = k.reshape(-1, self.n_kv, self.head_dim).permute(1, 2, 0)  # [Hkv, D, T]
                 vc[:, slots] = v.reshape(-1, self.n_kv, self.head_dim).permute(1, 0, 2)  # [Hkv, T, D]
+                if seen < self.max_seq:
+                    kc, vc = kc[:, :, :seen], vc[:, :seen]
                 o = _masked_sdpa(q, kc, vc, mask, attn.scaling)  # [1, T, Hq, D]
             else:  # kc, vc [1, max_seq, Hkv, D]
                 torch.ops.llama.update_cache(k, kc, start)
@@ -204,7 +211,7 @@ class DraftProgram(nn.Module):
     def forward(self, ids: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor | None = None):
         start = pos[0].item()
         torch._check_is_size(start)
-        torch._check(start + ids.shape[1] <= self.max_seq)
+        torch._check(start + ids.shape[1] <= (self.window or self.max_seq))
         self.kv.start_pos = start
         positions = (torch.arange(ids.shape[1]) + pos[0]).unsqueeze(0)  # [1, T]
         if self.rot is not None:

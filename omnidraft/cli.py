@@ -74,7 +74,8 @@ def _cmd_export(args) -> int:
     name = args.target or args.drafter or "smollm2-135m"
     cfg = ExportConfig(drafter=name, quant=args.quant, max_seq=args.max_seq, lora_rank=args.lora_rank,
                        lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
-                       delegate_adapter=not args.adapter_outside_xnnpack, role=role)
+                       delegate_adapter=not args.adapter_outside_xnnpack, role=role,
+                       decode_window=args.decode_window)
     set_threads(args.threads)
     out = Path(args.out) if args.out else program_dir(name, args.quant, args.max_seq, args.specvocab_k, role)
     lm = load_model(name, dtype="fp32").model

@@ -1,7 +1,9 @@
 """One-token decoding before and after #23's batch-invariant attention (#23 must-show: no more
 than 10% slower): greedy decoding of the ExecuTorch target program, one token per call, on
-real code and chat prompts, the program as it was before the change (a checkout from before it,
-``--before-src``, with its programs, ``--before-programs``) and as shipped.
+real code and chat prompts and on long contexts (three HumanEval prompts in one, past the
+one-token method's window), the program as it was before the change (a checkout from before it,
+``--before-src``, with its programs, ``--before-programs``), as shipped, and optionally other
+programs of the shipped code (``--also LABEL=PROGRAMS_DIR``, e.g. an earlier export kept aside).
 
 Each (program, round) runs in a child process of its own holding that one program (the same
 conditions for both); rounds alternate which goes first. Per prompt: prefill, then
@@ -69,6 +71,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--before-src", required=True, help="a checkout from before the change, first on PYTHONPATH")
     ap.add_argument("--before-programs", required=True, help="the folder holding that code's target programs")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=PROGRAMS_DIR",
+                    help="another folder of target programs, run by the shipped code")
+    ap.add_argument("--long", type=int, default=2, help="long-context prompts (3 HumanEval prompts each)")
     args = ap.parse_args()
     log = benchsetup.logger("one-token")
     from omnidraft.decode.text import encode_prompt
@@ -76,8 +81,12 @@ def main() -> int:
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.cost import cpu_info
 
+    from omnidraft.prompts import humaneval
+
     sets = {"code": benchsetup.prompt_mix(args.code, 0, code_start=20),
-            "chat": benchsetup.prompt_mix(0, args.chat, chat_start=4)}
+            "chat": benchsetup.prompt_mix(0, args.chat, chat_start=4),
+            "long": [("\n".join(humaneval(limit=3, start=40 + 3 * i)), False) for i in range(args.long)]}
+    sets = {k: v for k, v in sets.items() if v}
     report = benchio.stamp_report(cpu=cpu_info(), rounds=args.rounds, new_tokens=args.max_new_tokens, targets={})
     md = []
     scratch = Path(tempfile.mkdtemp())
@@ -85,11 +94,14 @@ def main() -> int:
         tok = load_tokenizer(name)
         prog = program_dir(name, args.quant, 1024, role="target")
         progs = {"before #23 (custom_sdpa)": (Path(args.before_programs) / prog.name, args.before_src),
-                 "shipped (batch-invariant)": (prog, "")}
-        rows = {}
+                 **{label: (Path(folder) / prog.name, "") for label, folder in (a.split("=", 1) for a in args.also)},
+                 "shipped": (prog, "")}
+        rows, lengths = {}, {}
         for set_name, prompts in sets.items():
             ids = scratch / f"{name}-{set_name}.json"
-            ids.write_text(json.dumps([encode_prompt(tok, p, chat=chat) for p, chat in prompts]))
+            encoded = [encode_prompt(tok, p, chat=chat) for p, chat in prompts]
+            lengths[set_name] = f"{min(map(len, encoded))}-{max(map(len, encoded))}"
+            ids.write_text(json.dumps(encoded))
             samples = {r: {"ms_per_token": [], "tokens_per_s": []} for r in progs}
             for rnd in range(args.rounds):
                 order = list(progs) if rnd % 2 == 0 else list(reversed(progs))
@@ -104,14 +116,14 @@ def main() -> int:
                 log(f"{name} {set_name} round {rnd + 1}/{args.rounds}: " + ", ".join(
                     f"{r} {s['ms_per_token'][-1]:.2f} ms" for r, s in samples.items()))
             rows[set_name] = {r: {k: round(statistics.median(v), 3) for k, v in s.items()} for r, s in samples.items()}
-        report["targets"][name] = rows
+        report["targets"][name] = {"rows": rows, "prompt_tokens": lengths,
+                                   "programs": {label: str(p) for label, (p, _) in progs.items()}}
         md += [f"## {name} ({args.quant})", ""]
-        before, after = progs
-        md += benchio.table(["prompts", "before ms/token", "shipped ms/token", "shipped / before",
-                             "before tok/s", "shipped tok/s"],
-                            [[f"{s} ({len(sets[s])})", r[before]["ms_per_token"], r[after]["ms_per_token"],
-                              round(r[after]["ms_per_token"] / r[before]["ms_per_token"], 3),
-                              r[before]["tokens_per_s"], r[after]["tokens_per_s"]] for s, r in rows.items()])
+        before = next(iter(progs))
+        md += benchio.table(["prompts (prompt tokens)", "program", "ms/token", "x before", "decode tok/s"],
+                            [[f"{s} ({len(sets[s])}: {lengths[s]})", label, r[label]["ms_per_token"],
+                              round(r[label]["ms_per_token"] / r[before]["ms_per_token"], 3),
+                              r[label]["tokens_per_s"]] for s, r in rows.items() for label in progs])
         md.append("")
     cpu = report["cpu"]
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "

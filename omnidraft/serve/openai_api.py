@@ -21,13 +21,20 @@ What such a reply does and does not say, and how each gap is closed exactly:
   request (temperature 0 at that prefix) names it. The bonus is the verify request's own
   generated token (temperature 0). An end of generation (the API does not name the id) is the
   tokenizer's EOS id.
-- Sampling is exact at temperature 1 with top-p 1 (the engine's log-probabilities are those of the
-  untempered distribution, so no other temperature can be verified from them): point-mass
-  verification accepts d with probability p(d); an unlisted d is rejected outright when the
-  uniform draw is above the row's ceiling, else a probe (``logit_bias`` +100 on d, temperature 0)
-  reads p(d) exactly. The residual after a rejection is sampled by the engine with ``logit_bias``
-  -100 on the rejected token (the bias applies to the logits before any other sampler; top-k,
-  top-p, min-p and penalties are all disabled). The bonus is the verify request's own sample.
+- Sampling at temperature 1 with top-p 1 (the engine's log-probabilities are those of the
+  untempered distribution): point-mass verification accepts d with probability p(d); an unlisted
+  d is rejected outright when the uniform draw is above the row's ceiling, else a probe
+  (``logit_bias`` +100 on d, temperature 0) reads p(d) exactly. The residual after a rejection is
+  sampled by the engine with ``logit_bias`` -100 on the rejected token (the bias applies to the
+  logits before any other sampler; top-k, top-p, min-p and penalties are all disabled). The bonus
+  is the verify request's own sample.
+- Sampling at any other temperature or top-p, whose law no reply states: the engine samples each
+  position itself (one request per position, in order, no echo, the prefix cached by the engine),
+  and the draft is accepted while the engine's sample equals it. That is the point-mass rule with
+  the engine's own sampler: the sample equals d with probability p(d), and a sample that differs
+  is distributed as the target's law without d, which is the residual. Every committed token is a
+  sample of the engine at those settings (llama-cpp-python applies top-p before temperature), so
+  the output is distributed as the engine's own sampling; it costs one request per committed token.
 Knows the completions API and the tokenizer; nothing about drafters.
 """
 
@@ -137,16 +144,13 @@ class OpenAITarget:
     def __init__(self, base_url: str, token: str, model: str | None, tok, sampling: SamplingConfig, *,
                  eos_ids: set[int], max_length: int = 2048, record_topk: int = 0, top_n: int = TOP_N,
                  timeout: float = 120.0, retries: int = 3, rtt_ms: float = 0.0):
-        if not sampling.greedy and (sampling.temperature != 1.0 or sampling.top_p != 1.0):
-            raise OmniDraftError(
-                f"an OpenAI-API target verifies sampling exactly only at temperature 1 with top_p 1 "
-                f"(got temperature {sampling.temperature:g}, top_p {sampling.top_p:g})",
-                "its log-probabilities are those of the untempered distribution; use temperature 0 or 1")
         if record_topk > top_n:
             raise OmniDraftError(f"record_topk {record_topk} exceeds the {top_n} log-probabilities asked")
         self.http = JsonClient(base_url, token, timeout=timeout, retries=retries, rtt_ms=rtt_ms)
         self.model = model or self._served_model()
         self.tok, self.sampling = tok, sampling
+        # a law the replies do not state: each position sampled by the engine (the module text)
+        self.match = not sampling.greedy and (sampling.temperature != 1.0 or sampling.top_p != 1.0)
         self.eos_ids = set(eos_ids)
         self.eos = tok.eos_token_id if tok.eos_token_id is not None else min(self.eos_ids)
         self.vocab_size = len(tok)
@@ -188,10 +192,10 @@ class OpenAITarget:
 
     # ------------------------------------------------------------------ requests
     def _complete(self, ids: list[int], *, echo: bool, temperature: float, bias: dict[int, float] | None = None,
-                  logprobs: int | None = None) -> dict:
+                  logprobs: int | None = None, top_p: float = 1.0) -> dict:
         body = {"model": self.model, "prompt": self._text(ids), "max_tokens": 1, "echo": echo,
                 "temperature": temperature, "seed": int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen)),
-                "logprobs": self.top_n if logprobs is None else logprobs, **NEUTRAL}
+                "logprobs": self.top_n if logprobs is None else logprobs, **NEUTRAL, "top_p": top_p}
         if bias:
             body["logit_bias"] = {str(i): b for i, b in bias.items()}
         out = self.http.call("POST", "/completions", body)
@@ -270,14 +274,17 @@ class OpenAITarget:
         ids = self.context + sent
         if len(ids) + 1 > self.max_length:
             raise ValueError(f"a {len(sent)}-token proposal would pass the context window of {self.max_length}")
-        greedy = self.sampling.greedy
-        choice = self._complete(ids, echo=True, temperature=0.0 if greedy else 1.0)
-        rows = self._rows(choice, ids)
-        last = self._generated(choice, self._text(ids))
-        if greedy and rows[-1].argmax() not in (None, last):
-            raise BadReply("the server's prompt log-probabilities are not aligned as llama-cpp-python's",
-                           "this engine's echo convention is not supported")
-        verdict = self._judge(sent, rows, last)
+        if self.match:
+            verdict, rows = self._match(sent)
+        else:
+            greedy = self.sampling.greedy
+            choice = self._complete(ids, echo=True, temperature=0.0 if greedy else 1.0)
+            rows = self._rows(choice, ids)
+            last = self._generated(choice, self._text(ids))
+            if greedy and rows[-1].argmax() not in (None, last):
+                raise BadReply("the server's prompt log-probabilities are not aligned as llama-cpp-python's",
+                               "this engine's echo convention is not supported")
+            verdict = self._judge(sent, rows, last)
         self.context += sent[: verdict.accepted] + [verdict.token]
         if self.record_topk:
             self.last_rows = self._top(rows[: verdict.accepted + 1])
@@ -316,6 +323,23 @@ class OpenAITarget:
             if p is None or u >= p:
                 return Verdict(j, self._residual(prefix, d))
         return Verdict(len(sent), last)
+
+    def _match(self, sent: list[int]) -> tuple[Verdict, list[Row]]:
+        """Point-mass verification of ``sent`` with the engine's own sampler (any temperature /
+        top-p): position j's sample, drawn at context + sent[:j], accepts sent[j] when equal and
+        is the correction when not; after a full match it is the bonus. Returns the verdict and
+        the rows of the positions sampled (each reply's top N: distillation's rows)."""
+        rows = []
+        j = 0
+        while True:
+            choice = self._complete(self.context + sent[:j], echo=False, temperature=self.sampling.temperature,
+                                    top_p=self.sampling.top_p, logprobs=self.top_n if self.record_topk else 1)
+            got = self._generated(choice)
+            if self.record_topk:
+                rows.append(read_row((choice["logprobs"]["top_logprobs"] or [None])[0], self.pieces, got))
+            if j == len(sent) or got != sent[j]:
+                return Verdict(j, got), rows
+            j += 1
 
     def _top(self, rows: list[Row]) -> tuple[torch.Tensor, torch.Tensor]:
         """[n, record_topk] ids and probabilities of the known entries (padded with probability 0)."""

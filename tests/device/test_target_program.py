@@ -25,7 +25,7 @@ def _export(qwen_tok, tmp_path_factory, quant: str):
     base.generation_config.eos_token_id = [7, 9]
     out = tmp_path_factory.mktemp("target") / f"prog-{quant}"
     info = export_target(copy.deepcopy(base), out, ExportConfig(drafter="tiny-t", quant=quant, max_seq=128,
-                                                                  head_width=16, role="target"),
+                                                                  head_width=16, role="target", decode_window=64),
                          log=lambda s: None)
     return base, out, info
 
@@ -80,6 +80,37 @@ def test_a_positions_logits_do_not_depend_on_the_call_width(quantised_target):
         assert torch.equal(lm.extend(ids[30:30 + w], last_only=True).logits, alone[-1:])
 
 
+def test_the_one_token_method_reads_the_window_and_agrees_with_forward_across_its_edge(quantised_target):
+    """One token at a time runs the ``decode`` method (attention over the first 64 slots) until
+    the context reaches 64, then ``forward`` (all 128): the rows equal a wide call's bit for bit on
+    both sides of the edge, and a write through either method is what the other reads."""
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, out, info = quantised_target
+    assert info.decode_window == 64
+    lm = ExecuTorchLM(out)
+    calls = {"decode": 0, "forward": 0}
+    for name in calls:  # count which method each call runs
+        method = getattr(lm, "decode" if name == "decode" else "method")
+        setattr(lm, "decode" if name == "decode" else "method", _Counting(method, calls, name))
+    ids = [int(x) for x in torch.randint(0, 150000, (70,), generator=torch.Generator().manual_seed(3))]
+    lm.prefill(ids[:58])
+    alone = torch.cat([lm.extend([t]).logits for t in ids[58:70]])  # positions 58..69: 6 in the window
+    assert calls["decode"] == 6 and calls["forward"] == 1 + 6
+    lm.truncate(58)
+    wide = lm.extend(ids[58:70]).logits  # [12, V], one forward call
+    assert torch.equal(wide, alone), float((wide - alone).abs().max())
+
+
+class _Counting:
+    def __init__(self, method, calls: dict, name: str):
+        self.method, self.calls, self.name = method, calls, name
+
+    def execute(self, inputs):
+        self.calls[self.name] += 1
+        return self.method.execute(inputs)
+
+
 def test_a_batch_invariant_program_needs_the_llama_layer_loop():
     from omnidraft.export.program import DraftProgram
     from omnidraft.train.acceptance import AcceptanceHead
@@ -112,5 +143,7 @@ def test_target_config_is_checked():
         ExportConfig(drafter="x", role="verifier")
     with pytest.raises(OmniDraftError, match="specvocab_k"):
         ExportConfig(drafter="x", role="target", specvocab_k=64)
+    with pytest.raises(OmniDraftError, match="decode_window"):
+        ExportConfig(drafter="x", role="target", decode_window=100)
     with pytest.raises(OmniDraftError, match="role='target'"):
         export_target(tiny("qwen2", 300), "unused", ExportConfig(drafter="x"))

@@ -1,7 +1,8 @@
 """Integration tier: the OpenAI-API target against the real llama-cpp-python server (the
 ``llamacpp`` extra) serving the packaged Qwen2.5-Coder-0.5B GGUF. Greedy speculative output with
 the real SmolLM2 drafter equals the engine's own greedy output token for token, and point-mass
-sampling at temperature 1 is distributed as the engine's own next-token law (chi-square).
+sampling is distributed as the engine's own next-token law (chi-square) at temperature 1 and at
+temperature 0.7 with top-p 0.8.
 Skipped when the extra is not installed (CI does not build it: README)."""
 
 from __future__ import annotations
@@ -80,5 +81,44 @@ def test_point_mass_sampling_is_the_engines_law(engine):
     obs = [seen[i] for i in cells] + [draws - sum(seen[i] for i in cells)]
     exp = [law[i] * draws for i in cells]
     exp.append(draws - sum(exp))
+    print(f"cells {[(ttok.decode([i]), round(law[i], 3), seen[i]) for i in cells]}, {target.evaluations} requests")
+    assert stats.chisquare(obs, exp).pvalue > 1e-3
+
+
+def test_sampling_at_temperature_and_top_p_is_the_engines_law(engine):
+    """Temperature 0.7, top-p 0.8: each position sampled by the engine itself; the committed token
+    follows the engine's law (top-p on its untempered probabilities, then temperature), computed
+    from its top-20 log-probabilities (the nucleus lies inside them: checked)."""
+    ttok = load_tokenizer("qwen2.5-coder-0.5b")
+    prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
+    row = _complete(engine, {"prompt": ttok.decode(prefix), "max_tokens": 1, "temperature": 0, "logprobs": 20,
+                             **NEUTRAL})["logprobs"]["top_logprobs"][0]
+    target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=0.7, top_p=0.8, seed=3),
+                          eos_ids={ttok.eos_token_id})
+    raw = {target.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
+    ranked = sorted(raw, key=raw.get, reverse=True)
+    cum, nucleus = 0.0, []
+    for i in ranked:
+        nucleus.append(i)
+        cum += raw[i]
+        if cum >= 0.8:
+            break
+    assert cum >= 0.8 and None not in nucleus
+    weights = {i: raw[i] ** (1 / 0.7) for i in nucleus}
+    law = {i: w / sum(weights.values()) for i, w in weights.items()}
+    d = ranked[1]
+    draws = 120
+    seen = Counter()
+    for _ in range(draws):
+        target.start(prefix)
+        v = target.verify([d])
+        seen[d if v.accepted else v.token] += 1
+    assert set(seen) <= set(nucleus), seen
+    cells = [i for i in nucleus if law[i] * draws >= 5]
+    obs = [seen[i] for i in cells] + [draws - sum(seen[i] for i in cells)]
+    exp = [law[i] * draws for i in cells]
+    exp.append(draws - sum(exp))
+    if exp[-1] < 5:
+        obs[-2:], exp[-2:] = [obs[-2] + obs[-1]], [exp[-2] + exp[-1]]
     print(f"cells {[(ttok.decode([i]), round(law[i], 3), seen[i]) for i in cells]}, {target.evaluations} requests")
     assert stats.chisquare(obs, exp).pvalue > 1e-3

@@ -8,7 +8,8 @@ the real server (tests/integration/test_openai_engine.py runs the real one):
   i's own text; entry 0 is null; the generated token is in ``text`` only;
 - without echo, ``tokens`` / ``token_logprobs`` describe the generated token (raw log-probability,
   before ``logit_bias``);
-- ``logit_bias`` adds to the logits before sampling; temperature 0 is argmax; an end-of-generation
+- ``logit_bias`` adds to the logits before sampling; temperature 0 is argmax; otherwise top-p on
+  the untempered probabilities, then temperature (llama-cpp-python's sampler order); an end-of-generation
   token ends with finish_reason "stop" and no text; a token ending inside a character answers 500
   (the real server's failure when it must generate past max_tokens).
 """
@@ -24,6 +25,18 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from omnidraft.translate.vocab import token_bytes
+
+
+def engine_law(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """[V] logits -> [V] the law llama-cpp-python samples from: the top-p nucleus of the
+    untempered probabilities (the fewest likeliest ids reaching top_p), then temperature."""
+    probs = torch.softmax(logits.float(), -1)
+    order = probs.argsort(descending=True)
+    cum = probs[order].cumsum(0)
+    keep = order[: int((cum < top_p).sum()) + 1]
+    masked = torch.full_like(probs, float("-inf"))
+    masked[keep] = logits.float()[keep] / temperature
+    return torch.softmax(masked, -1)
 
 
 class LlamaCppStub:
@@ -90,7 +103,7 @@ class LlamaCppStub:
             gen = int(last.argmax())
         else:
             g = torch.Generator().manual_seed(int(body.get("seed", 0)))
-            gen = int(torch.multinomial(torch.softmax(last / t, -1), 1, generator=g))
+            gen = int(torch.multinomial(engine_law(last, t, body.get("top_p", 0.95)), 1, generator=g))
         if not self.whole[gen] and gen not in self.eos_ids:
             return JSONResponse({"detail": "llama_decode returned 1"}, status_code=500)
         stop = gen in self.eos_ids

@@ -1,7 +1,8 @@
 """The OpenAI-API target against a stand-in of llama-cpp-python's server (llamacpp_stub.py):
 greedy speculative output equals the target's own greedy output, point-mass sampling at
 temperature 1 is distributed as the target's own sampling (chi-square) on drafts the reply lists,
-leaves unlisted and hides behind a shared text, and bad input gets one clear error."""
+leaves unlisted and hides behind a shared text, at other temperatures and top-p as the engine's
+own sampling at those settings, and bad input gets one clear error."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from omnidraft.translate.state import PairState
 
 from ..bigram import BigramLM
 from ..conftest import vocab_len
-from .llamacpp_stub import LlamaCppStub
+from .llamacpp_stub import LlamaCppStub, engine_law
 from .test_server import _free_port
 
 TOKEN = "stub-token-0123456789abcdef"
@@ -112,10 +113,46 @@ def test_point_mass_sampling_is_the_targets_distribution(engine, qwen_tok, which
     assert stats.chisquare(obs, exp).pvalue > 1e-4, (which, seen.most_common(5))
 
 
+@pytest.mark.parametrize("temperature, top_p", [(0.7, 1.0), (1.3, 0.9)])
+def test_sampling_at_other_settings_is_the_engines_own_law(engine, qwen_tok, temperature, top_p):
+    """Away from temperature 1 / top-p 1 the engine samples each position itself: the committed
+    token (accepted draft or correction) and, after an acceptance, the bonus are distributed as
+    the engine's own sampling at those settings; one request per committed token, no echo."""
+    lm, stub = engine
+    prefix = qwen_tok("x = f", add_special_tokens=False).input_ids
+    law = engine_law(lm.logits_after(prefix)[-1], temperature, top_p)
+    d = int(law.argsort(descending=True)[1])  # the second likeliest: acceptances and corrections
+    after = engine_law(lm.logits_after(prefix + [d])[-1], temperature, top_p)
+    target = _target(stub, qwen_tok, SamplingConfig(temperature=temperature, top_p=top_p, seed=4))
+    first, bonus = Counter(), Counter()
+    draws, before = 800, stub.requests
+    for _ in range(draws):
+        target.start(prefix)
+        v = target.verify([d])
+        first[d if v.accepted else v.token] += 1
+        if v.accepted:
+            bonus[v.token] += 1
+    assert stub.requests - before == draws + first[d]  # one per committed token
+    for seen, p in ((first, law), (bonus, after)):
+        assert all(p[i] > 0 for i in seen)  # nothing outside the nucleus
+        n = sum(seen.values())
+        obs, exp = [0], [0.0]  # ids pooled in order of probability into cells expecting >= 5
+        for i in p.argsort(descending=True).tolist():
+            if p[i] == 0:
+                break
+            if exp[-1] >= 5:
+                obs.append(0)
+                exp.append(0.0)
+            obs[-1] += seen[i]
+            exp[-1] += float(p[i]) * n
+        if exp[-1] < 5:  # the tail's last cell joins the one before
+            obs[-2:], exp[-2:] = [obs[-2] + obs[-1]], [exp[-2] + exp[-1]]
+        assert len(obs) >= 3, "too few cells to test"
+        assert stats.chisquare(obs, exp, sum_check=False).pvalue > 1e-4, (temperature, top_p, seen.most_common(5))
+
+
 def test_bad_input_gets_one_clear_error(engine, qwen_tok):
     lm, stub = engine
-    with pytest.raises(OmniDraftError, match="temperature 1"):
-        _target(stub, qwen_tok, SamplingConfig(temperature=0.7))
     with pytest.raises(OmniDraftError, match="401"):
         OpenAITarget(stub.url, "wrong-token-0123456789", None, qwen_tok, SamplingConfig(),
                      eos_ids={qwen_tok.eos_token_id})
