@@ -16,7 +16,9 @@ from typing import Generator, Iterator
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import Result, stream_speculative
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
-from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, save_spec
+from omnidraft.pairs.engine_choice import EngineChoice
+from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir,
+                                  save_spec)
 from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.registry import STRATEGIES, get
@@ -32,7 +34,8 @@ class Session:
     ``k``: drafter tokens per round; None (the default): the pair's cost model chooses it each
     round, 0..``max_k``, 0 (the target alone) when speculation would not pay on this machine
     (pairs/cost.py; measured here on first use, kept in the pair's folder; ``self.draft_length``
-    says what it reads). ``gamma``: adaptive drafting with the pair's acceptance head once one is
+    says what it reads); with an OpenAI-API target, each generation goes to the engine generating
+    alone while that is measured faster than the pair (pairs/engine_choice.py). ``gamma``: adaptive drafting with the pair's acceptance head once one is
     published (up to ``max_k``). ``log``: append every generation's training record to the log.
     ``drafter_runtime``: ``executorch`` runs the drafter as the program `omnidraft export` wrote
     for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use; ``eager``
@@ -92,6 +95,10 @@ class Session:
         self.cfg = SpecConfig(strategy, k=k or max_k)
         self.adaptive = SpecConfig(strategy, k=max_k, gamma=gamma) if gamma is not None else None
         self.draft_length = self._draft_length(k, max_k, target_dtype)
+        # a serving engine's target: hand generation to the engine while it is measured faster
+        # (pairs/engine_choice.py); not when the caller fixed k
+        self.engine_choice = (EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
+                              if k is None and hasattr(self.target, "generate_alone") else None)
         self.store = adapter_store()
         self.version: str | None = None
         self.head = None
@@ -164,6 +171,9 @@ class Session:
         if not prompt.strip():
             raise OmniDraftError("empty prompt")
         self.refresh()
+        if self.engine_choice is not None and self.engine_choice.engine_now():
+            self.last = yield from self._engine_alone(prompt, max_new_tokens, chat)
+            return self.last
         adaptive = self.adaptive is not None and self.has_head  # the head decides each draft's length
         try:
             result = yield from stream_speculative(
@@ -175,9 +185,27 @@ class Session:
             self.pair.save()
             self.save_cost()
         self.last = result
+        if self.engine_choice is not None:
+            self.engine_choice.observe(False, result.metrics["new_tokens"], result.metrics["wall_s"])
         if self.log is not None and result.record is not None:
             self.log.append(self.spec.name, prompt, result.record.to_bytes())
         return result
+
+    def _engine_alone(self, prompt: str, max_new_tokens: int, chat: bool) -> Generator[str, None, Result]:
+        """The engine generating on its own (one request; its output is its own, so exact); no
+        training record (nothing was verified). metrics["engine_alone"] says so."""
+        from omnidraft.decode.generate import check_budget
+        from omnidraft.decode.metrics import Metrics
+        from omnidraft.decode.text import encode_prompt
+
+        ids = encode_prompt(self.target_tok, prompt, chat=chat)
+        alone = self.target.generate_alone(ids, check_budget(ids, max_new_tokens, self.target))
+        self.engine_choice.observe(True, alone.tokens, alone.seconds)
+        if alone.text:
+            yield alone.text
+        m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
+        return Result(alone.text, self.target_tok(alone.text, add_special_tokens=False).input_ids,
+                      {**m.summary(), "verify": None, "lossless": True, "engine_alone": True}, m)
 
     @contextmanager
     def unlogged(self) -> Iterator["Session"]:

@@ -81,9 +81,9 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
             tot["ar_wall"] += a["wall_s"]
             tot["ar_decode"] += a["wall_s"] - a["prefill_s"]
         elif engine is not None:
-            n_alone, s_alone = engine(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
-            tot["ar_tokens"] += n_alone
-            tot["ar_wall"] += s_alone
+            alone = engine(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
+            tot["ar_tokens"] += alone.tokens
+            tot["ar_wall"] += alone.seconds
         tot["prompts"] += 1
         say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     say("")
@@ -148,8 +148,14 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
             report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
                                     "translate_ms": dl.model.translate_ms, "on": session.cost_on}
             session.save_cost()
-        report["calibration"] = measure(session, prompts, max_new_tokens=max_new_tokens,
-                                        ar=not session.spec.remote, say=say, budget_s=calibration_s / 2)
+        choice, session.engine_choice = session.engine_choice, None  # the pair itself is measured
+        try:
+            report["calibration"] = c = measure(session, prompts, max_new_tokens=max_new_tokens,
+                                                ar=not session.spec.remote, say=say, budget_s=calibration_s / 2)
+        finally:
+            session.engine_choice = choice
+        if choice is not None and "ar_tokens_per_s" in c:
+            choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
     return report
 
 
@@ -173,7 +179,7 @@ def format_report(r: dict) -> str:
         lines.append(line)
         if r["runtimes"]["target"] == "remote" and c.get("speedup", 1.0) < 1.0:
             lines.append("  the engine generating alone is faster than the pair through its API on this server: "
-                         "let it generate (README: when to use which)")
+                         "a Session lets it generate (re-trying the pair every few generations)")
         if cm:
             err = c["decode_tokens_per_s"] / max(cm["predicted_tokens_per_s"], 1e-9) - 1
             lines.append(f"  decoding (prefill excluded): measured {c['decode_tokens_per_s']:.2f} tokens/s, "

@@ -56,6 +56,15 @@ NEUTRAL = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0,
            "frequency_penalty": 0.0, "presence_penalty": 0.0}  # the engine samples the raw softmax
 
 
+@dataclass(frozen=True)
+class Alone:
+    """What the engine generating on its own returned."""
+
+    text: str
+    tokens: int  # new tokens (the engine's EOS not counted)
+    seconds: float
+
+
 @dataclass
 class Row:
     """What replies establish about one position's target distribution (temperature 1)."""
@@ -240,17 +249,23 @@ class OpenAITarget:
         choice = self._complete(prefix, echo=False, temperature=1.0, bias={rejected: BAN}, logprobs=1)
         return self._generated(choice)
 
-    def generate_alone(self, prompt_ids: list[int], max_new_tokens: int) -> tuple[int, float]:
-        """The engine generating greedily on its own, one request: (tokens, seconds). The honest
-        baseline of a cloud pair (no per-token round trip)."""
+    def generate_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Alone:
+        """The engine generating on its own at this target's sampling settings, one request: the
+        honest baseline of a cloud pair (no per-token round trip), and what a Session hands
+        generation to when the pair loses. Its output is the engine's own, so it is exact."""
         t0 = time.perf_counter()
-        choice = self.http.call("POST", "/completions", {
-            "model": self.model, "prompt": self._text(list(prompt_ids)), "max_tokens": max_new_tokens,
-            "temperature": 0.0, **NEUTRAL})["choices"][0]
+        greedy = self.sampling.greedy
+        body = {"model": self.model, "prompt": self._text(list(prompt_ids)), "max_tokens": max_new_tokens,
+                "temperature": 0.0 if greedy else self.sampling.temperature, **NEUTRAL,
+                "top_p": 1.0 if greedy else self.sampling.top_p}
+        if not greedy:
+            body["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen))
+        choice = self.http.call("POST", "/completions", body)["choices"][0]
         seconds = time.perf_counter() - t0
-        if choice.get("finish_reason") == "length":
-            return max_new_tokens, seconds
-        return len(self.tok(choice.get("text") or "", add_special_tokens=False).input_ids), seconds
+        text = choice.get("text") or ""
+        tokens = max_new_tokens if choice.get("finish_reason") == "length" else \
+            len(self.tok(text, add_special_tokens=False).input_ids)
+        return Alone(text, tokens, seconds)
 
     # ------------------------------------------------------------------ Target protocol
     def start(self, prompt_ids: list[int]) -> None:

@@ -77,8 +77,9 @@ def test_the_engine_alone_is_timed_in_one_request(engine, qwen_tok):
     lm, stub = engine
     own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
     before = stub.requests
-    n, seconds = _target(stub, qwen_tok).generate_alone(qwen_tok(PROMPTS[0], add_special_tokens=False).input_ids, 12)
-    assert n == len([t for t in own.token_ids if t != qwen_tok.eos_token_id]) and seconds > 0
+    alone = _target(stub, qwen_tok).generate_alone(qwen_tok(PROMPTS[0], add_special_tokens=False).input_ids, 12)
+    assert alone.tokens == len([t for t in own.token_ids if t != qwen_tok.eos_token_id]) and alone.seconds > 0
+    assert alone.text == qwen_tok.decode([t for t in own.token_ids if t != qwen_tok.eos_token_id])
     assert stub.requests == before + 1
 
 
@@ -210,3 +211,37 @@ def test_an_openai_url_names_the_target(engine):
                               tokenizer="qwen2.5-coder-0.5b", record_topk=64)
     assert isinstance(target, OpenAITarget) and target.model == "stub" and target.record_topk == 20
     assert tok.eos_token_id in target.eos_ids and len(target.eos_ids) >= 1
+
+
+def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwen_tok, smollm_tok, tmp_path,
+                                                                     monkeypatch):
+    """With the engine measured faster than the pair (engine.json), a Session lets the engine
+    generate alone (one request, its own output), re-tries the pair every PROBE_EVERY
+    generations, and keeps measuring both; a fixed k keeps the pair."""
+    from omnidraft import Session
+    from omnidraft.pairs.engine_choice import PROBE_EVERY, EngineChoice
+
+    from ..conftest import save_tiny, tiny
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    lm, stub = engine
+    drafter = str(save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter"))
+    url = "openai+" + stub.url
+    s = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False)
+    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
+    text = qwen_tok.decode([t for t in own.token_ids if t != qwen_tok.eos_token_id])
+    assert s.generate(PROMPTS[0], max_new_tokens=12).text == text  # not measured yet: the pair
+    assert "engine_alone" not in s.last.metrics and s.engine_choice.pair_tokens_per_s > 0
+    s.engine_choice.measured(pair_tokens_per_s=1.0, engine_tokens_per_s=1000.0)
+    before = stub.requests
+    assert "".join(s.stream(PROMPTS[0], max_new_tokens=12)) == text
+    assert s.last.metrics["engine_alone"] and s.last.lossless and stub.requests == before + 1
+    again = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False)
+    assert again.engine_choice.engine_now()  # kept in the pair's folder
+    again.engine_choice.since_probe = PROBE_EVERY  # a probe is due: the pair runs, and is measured
+    assert again.generate(PROMPTS[0], max_new_tokens=12).text == text and "engine_alone" not in again.last.metrics
+    assert again.engine_choice.since_probe == 0
+    fixed = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False, k=3)
+    assert fixed.engine_choice is None
+    (tmp_path / "bad.json").write_text("{not json")
+    assert not EngineChoice.load(tmp_path / "bad.json").engine_now()  # unreadable: the pair runs
