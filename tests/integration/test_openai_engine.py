@@ -61,28 +61,40 @@ def test_greedy_output_is_the_engines_own(engine):
               f"for {len(out.token_ids)} tokens")
 
 
-def test_point_mass_sampling_is_the_engines_law(engine):
-    ttok = load_tokenizer("qwen2.5-coder-0.5b")
-    prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
+def _untempered_law(engine, ttok, target, prefix: list[int]) -> dict[int, float]:
+    """The engine's next-token probabilities after ``prefix`` (temperature 1), its top 20."""
     row = _complete(engine, {"prompt": ttok.decode(prefix), "max_tokens": 1, "temperature": 0, "logprobs": 20,
                              **NEUTRAL})["logprobs"]["top_logprobs"][0]
-    target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=1.0, seed=3),
-                          eos_ids={ttok.eos_token_id})
-    law = {target.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
-    ranked = sorted(law, key=law.get, reverse=True)
-    d = ranked[1]  # drafted: the second likeliest, so both acceptances and corrections occur
-    draws = 120
+    return {target.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
+
+
+def _committed_follow(target, ttok, prefix: list[int], d: int, law: dict[int, float], draws: int = 120) -> Counter:
+    """Verify the draft [d] ``draws`` times: the committed token (d or the correction) must follow
+    ``law`` (chi-square over the ids expecting >= 5, the rest pooled)."""
     seen = Counter()
     for _ in range(draws):
         target.start(prefix)
         v = target.verify([d])
         seen[d if v.accepted else v.token] += 1
-    cells = [i for i in ranked if law[i] * draws >= 5]
+    cells = sorted((i for i in law if law[i] * draws >= 5), key=law.get, reverse=True)
     obs = [seen[i] for i in cells] + [draws - sum(seen[i] for i in cells)]
     exp = [law[i] * draws for i in cells]
     exp.append(draws - sum(exp))
+    if exp[-1] < 5:  # nothing left outside the cells: the rest joins the last one
+        obs[-2:], exp[-2:] = [obs[-2] + obs[-1]], [exp[-2] + exp[-1]]
     print(f"cells {[(ttok.decode([i]), round(law[i], 3), seen[i]) for i in cells]}, {target.evaluations} requests")
     assert stats.chisquare(obs, exp).pvalue > 1e-3
+    return seen
+
+
+def test_point_mass_sampling_is_the_engines_law(engine):
+    ttok = load_tokenizer("qwen2.5-coder-0.5b")
+    prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
+    target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=1.0, seed=3),
+                          eos_ids={ttok.eos_token_id})
+    law = _untempered_law(engine, ttok, target, prefix)
+    d = sorted(law, key=law.get, reverse=True)[1]  # the second likeliest: acceptances and corrections
+    _committed_follow(target, ttok, prefix, d, law)
 
 
 def test_sampling_at_temperature_and_top_p_is_the_engines_law(engine):
@@ -91,11 +103,9 @@ def test_sampling_at_temperature_and_top_p_is_the_engines_law(engine):
     from its top-20 log-probabilities (the nucleus lies inside them: checked)."""
     ttok = load_tokenizer("qwen2.5-coder-0.5b")
     prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
-    row = _complete(engine, {"prompt": ttok.decode(prefix), "max_tokens": 1, "temperature": 0, "logprobs": 20,
-                             **NEUTRAL})["logprobs"]["top_logprobs"][0]
     target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=0.7, top_p=0.8, seed=3),
                           eos_ids={ttok.eos_token_id})
-    raw = {target.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
+    raw = _untempered_law(engine, ttok, target, prefix)
     ranked = sorted(raw, key=raw.get, reverse=True)
     cum, nucleus = 0.0, []
     for i in ranked:
@@ -106,19 +116,5 @@ def test_sampling_at_temperature_and_top_p_is_the_engines_law(engine):
     assert cum >= 0.8 and None not in nucleus
     weights = {i: raw[i] ** (1 / 0.7) for i in nucleus}
     law = {i: w / sum(weights.values()) for i, w in weights.items()}
-    d = ranked[1]
-    draws = 120
-    seen = Counter()
-    for _ in range(draws):
-        target.start(prefix)
-        v = target.verify([d])
-        seen[d if v.accepted else v.token] += 1
+    seen = _committed_follow(target, ttok, prefix, ranked[1], law)
     assert set(seen) <= set(nucleus), seen
-    cells = [i for i in nucleus if law[i] * draws >= 5]
-    obs = [seen[i] for i in cells] + [draws - sum(seen[i] for i in cells)]
-    exp = [law[i] * draws for i in cells]
-    exp.append(draws - sum(exp))
-    if exp[-1] < 5:
-        obs[-2:], exp[-2:] = [obs[-2] + obs[-1]], [exp[-2] + exp[-1]]
-    print(f"cells {[(ttok.decode([i]), round(law[i], 3), seen[i]) for i in cells]}, {target.evaluations} requests")
-    assert stats.chisquare(obs, exp).pvalue > 1e-3
