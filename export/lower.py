@@ -197,7 +197,8 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         vocab_size=int(program.lm.config.vocab_size), hidden_size=int(program.lm.config.hidden_size),
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
-        ptd_keys=ptd_keys, decode_window=window if "decode" in methods else 0, export_seconds=round(time.perf_counter() - t0, 1),
+        ptd_keys=ptd_keys, decode_window=window if "decode" in methods else 0,
+        export_seconds=round(time.perf_counter() - t0, 1),
         pte_bytes=len(et.buffer), versions=_versions(), eos_ids=_eos_ids(program.lm))
     info.save(out_dir / "program.json")
     n_del = sum(1 for keys in ptd_keys.values() if any(k not in adapter for k in keys))

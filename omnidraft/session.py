@@ -35,8 +35,9 @@ class Session:
     round, 0..``max_k``, 0 (the target alone) when speculation would not pay on this machine
     (pairs/cost.py; measured here on first use, kept in the pair's folder; ``self.draft_length``
     says what it reads); with an OpenAI-API target, each generation goes to the engine generating
-    alone while that is measured faster than the pair (pairs/engine_choice.py). ``gamma``: adaptive drafting with the pair's acceptance head once one is
-    published (up to ``max_k``). ``log``: append every generation's training record to the log.
+    alone while that is measured faster than the pair (pairs/engine_choice.py). ``gamma``:
+    adaptive drafting with the pair's acceptance head once one is published (up to ``max_k``).
+    ``log``: append every generation's training record to the log.
     ``drafter_runtime``: ``executorch`` runs the drafter as the program `omnidraft export` wrote
     for (``quant``, ``max_seq``), each adapter version as a .ptd written on first use; ``eager``
     on PyTorch; ``auto`` (the default) the program when one was exported and loads, else eager.
