@@ -99,7 +99,7 @@ class Session:
         # a serving engine's target: hand generation to the engine while it is measured faster
         # (pairs/engine_choice.py); not when the caller fixed k
         self.engine_choice = (EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
-                              if k is None and hasattr(self.target, "generate_alone") else None)
+                              if k is None and hasattr(self.target, "stream_alone") else None)
         self.store = adapter_store()
         self.version: str | None = None
         self.head = None
@@ -193,17 +193,15 @@ class Session:
         return result
 
     def _engine_alone(self, prompt: str, max_new_tokens: int, chat: bool) -> Generator[str, None, Result]:
-        """The engine generating on its own (one request; its output is its own, so exact); no
-        training record (nothing was verified). metrics["engine_alone"] says so."""
+        """The engine generating on its own (one streamed request; its output is its own, so exact);
+        no training record (nothing was verified). metrics["engine_alone"] says so."""
         from omnidraft.decode.generate import check_budget
         from omnidraft.decode.metrics import Metrics
         from omnidraft.decode.text import encode_prompt
 
         ids = encode_prompt(self.target_tok, prompt, chat=chat)
-        alone = self.target.generate_alone(ids, check_budget(ids, max_new_tokens, self.target))
+        alone = yield from self.target.stream_alone(ids, check_budget(ids, max_new_tokens, self.target))
         self.engine_choice.observe(True, alone.tokens, alone.seconds)
-        if alone.text:
-            yield alone.text
         m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
         return Result(alone.text, self.target_tok(alone.text, add_special_tokens=False).input_ids,
                       {**m.summary(), "verify": None, "lossless": True, "engine_alone": True}, m)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Generator
 
 import torch
 
@@ -250,22 +251,40 @@ class OpenAITarget:
         return self._generated(choice)
 
     def generate_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Alone:
-        """The engine generating on its own at this target's sampling settings, one request: the
-        honest baseline of a cloud pair (no per-token round trip), and what a Session hands
-        generation to when the pair loses. Its output is the engine's own, so it is exact."""
+        """The engine generating on its own (``stream_alone``), read to its end."""
+        pieces = self.stream_alone(prompt_ids, max_new_tokens)
+        while True:
+            try:
+                next(pieces)
+            except StopIteration as done:
+                return done.value
+
+    def stream_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Generator[str, None, Alone]:
+        """The engine generating on its own at this target's sampling settings, one streamed
+        request: the honest baseline of a cloud pair (no per-token round trip), and what a Session
+        hands generation to when the pair loses. Its output is the engine's own, so it is exact.
+        Yields the text as the engine sends it; returns the whole."""
         t0 = time.perf_counter()
         greedy = self.sampling.greedy
         body = {"model": self.model, "prompt": self._text(list(prompt_ids)), "max_tokens": max_new_tokens,
                 "temperature": 0.0 if greedy else self.sampling.temperature, **NEUTRAL,
-                "top_p": 1.0 if greedy else self.sampling.top_p}
+                "top_p": 1.0 if greedy else self.sampling.top_p, "stream": True}
         if not greedy:
             body["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen))
-        choice = self.http.call("POST", "/completions", body)["choices"][0]
-        seconds = time.perf_counter() - t0
-        text = choice.get("text") or ""
-        tokens = max_new_tokens if choice.get("finish_reason") == "length" else \
-            len(self.tok(text, add_special_tokens=False).input_ids)
-        return Alone(text, tokens, seconds)
+        text, finish = [], None
+        for event in self.http.events("/completions", body):
+            try:
+                choice = event["choices"][0]
+                piece = choice.get("text") or ""
+            except (KeyError, IndexError, TypeError, AttributeError):
+                raise BadReply("the OpenAI-API server's stream event has no choice text", "check the server") from None
+            finish = choice.get("finish_reason") or finish
+            if piece:
+                text.append(piece)
+                yield piece
+        whole = "".join(text)
+        tokens = max_new_tokens if finish == "length" else len(self.tok(whole, add_special_tokens=False).input_ids)
+        return Alone(whole, tokens, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ Target protocol
     def start(self, prompt_ids: list[int]) -> None:

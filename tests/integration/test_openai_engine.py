@@ -118,3 +118,20 @@ def test_sampling_at_temperature_and_top_p_is_the_engines_law(engine):
     law = {i: w / sum(weights.values()) for i, w in weights.items()}
     seen = _committed_follow(target, ttok, prefix, ranked[1], law)
     assert set(seen) <= set(nucleus), seen
+
+
+def test_the_engine_streams_its_own_generation(engine):
+    """What a Session hands generation to: the engine's greedy output, streamed piece by piece,
+    equals its one-reply output."""
+    ttok = load_tokenizer("qwen2.5-coder-0.5b")
+    ids = ttok("def fibonacci(n):", add_special_tokens=False).input_ids
+    own = _complete(engine, {"prompt": ttok.decode(ids), "max_tokens": 24, "temperature": 0, **NEUTRAL})
+    target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(), eos_ids={ttok.eos_token_id})
+    stream, pieces = target.stream_alone(ids, 24), []
+    while True:
+        try:
+            pieces.append(next(stream))
+        except StopIteration as done:
+            alone = done.value
+            break
+    assert "".join(pieces) == alone.text == own["text"] and len(pieces) > 1 and alone.tokens == 24

@@ -16,13 +16,14 @@ the real server (tests/integration/test_openai_engine.py runs the real one):
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import torch
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from omnidraft.translate.vocab import token_bytes
 
@@ -53,7 +54,10 @@ class LlamaCppStub:
             if request.headers.get("authorization") != f"Bearer {token}":
                 return JSONResponse({"detail": "Invalid API key"}, status_code=401)
             self.requests += 1
-            return self.complete(await request.json())
+            body = await request.json()
+            if body.get("stream"):
+                return StreamingResponse(self.events(body), media_type="text/event-stream")
+            return self.complete(body)
 
         @app.get("/v1/models")
         async def models(request: Request):
@@ -72,18 +76,33 @@ class LlamaCppStub:
         self.server.should_exit = True
         self.thread.join(5)
 
-    def generate(self, ids: list[int], max_tokens: int) -> dict:
-        """Greedy generation on its own (no logprobs): the text of up to ``max_tokens`` tokens."""
+    def _greedy(self, ids: list[int], max_tokens: int) -> tuple[list[int], str]:
+        """Greedy generation on its own: up to ``max_tokens`` ids and the finish reason."""
         out: list[int] = []
-        finish = "length"
         while len(out) < max_tokens:
             gen = int(self.lm.logits_after((ids + out)[-1:])[-1].argmax())
             if gen in self.eos_ids:
-                finish = "stop"
-                break
+                return out, "stop"
             out.append(gen)
+        return out, "length"
+
+    def generate(self, ids: list[int], max_tokens: int) -> dict:
+        """Greedy generation (no logprobs): the text of up to ``max_tokens`` tokens."""
+        out, finish = self._greedy(ids, max_tokens)
         return {"object": "text_completion", "model": "stub",
                 "choices": [{"text": self.tok.decode(out), "index": 0, "logprobs": None, "finish_reason": finish}]}
+
+    def events(self, body: dict):
+        """``stream``: greedy generation as server-sent events, one token's text each, then an
+        event with the finish reason and ``data: [DONE]``."""
+        ids = self.tok(body["prompt"], add_special_tokens=False).input_ids
+        out, finish = self._greedy(ids, body.get("max_tokens", 16))
+        for t in out:
+            yield "data: " + json.dumps({"object": "text_completion", "choices": [
+                {"text": self.tok.decode([t]), "index": 0, "logprobs": None, "finish_reason": None}]}) + "\n\n"
+        yield "data: " + json.dumps({"object": "text_completion", "choices": [
+            {"text": "", "index": 0, "logprobs": None, "finish_reason": finish}]}) + "\n\n"
+        yield "data: [DONE]\n\n"
 
     def _entry(self, logprobs: torch.Tensor, n: int) -> dict:
         top = torch.topk(logprobs, n)

@@ -216,7 +216,7 @@ def test_an_openai_url_names_the_target(engine):
 def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwen_tok, smollm_tok, tmp_path,
                                                                      monkeypatch):
     """With the engine measured faster than the pair (engine.json), a Session lets the engine
-    generate alone (one request, its own output), re-tries the pair every PROBE_EVERY
+    generate alone (one streamed request, its own output), re-tries the pair every PROBE_EVERY
     generations, and keeps measuring both; a fixed k keeps the pair."""
     from omnidraft import Session
     from omnidraft.pairs.engine_choice import PROBE_EVERY, EngineChoice
@@ -234,7 +234,8 @@ def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwe
     assert "engine_alone" not in s.last.metrics and s.engine_choice.pair_tokens_per_s > 0
     s.engine_choice.measured(pair_tokens_per_s=1.0, engine_tokens_per_s=1000.0)
     before = stub.requests
-    assert "".join(s.stream(PROMPTS[0], max_new_tokens=12)) == text
+    pieces = list(s.stream(PROMPTS[0], max_new_tokens=12))
+    assert "".join(pieces) == text and len(pieces) > 1  # streamed as the engine sends it
     assert s.last.metrics["engine_alone"] and s.last.lossless and stub.requests == before + 1
     again = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False)
     assert again.engine_choice.engine_now()  # kept in the pair's folder
