@@ -207,6 +207,16 @@ class Session:
                       {**m.summary(), "verify": None, "lossless": True, "engine_alone": True}, m)
 
     @contextmanager
+    def pair_only(self) -> Iterator["Session"]:
+        """Generations inside the block run the pair even where the engine would be handed them
+        (what pairing measures), and leave the engine figures as they were."""
+        choice, self.engine_choice = self.engine_choice, None
+        try:
+            yield self
+        finally:
+            self.engine_choice = choice
+
+    @contextmanager
     def unlogged(self) -> Iterator["Session"]:
         """Generations inside the block leave no training record (held-out measurements); they
         skip computing one too (the target's top-k rows cost ~0.4 ms a token)."""

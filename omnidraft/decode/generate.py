@@ -19,7 +19,7 @@ from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lo
 from omnidraft.decode.ownership import own
 from omnidraft.decode.sampling import SamplingConfig
 from omnidraft.decode.target import LocalTarget
-from omnidraft.decode.text import Detokenizer, encode_prompt, model_eos_ids, stop_ids
+from omnidraft.decode.text import Detokenizer, drained, encode_prompt, model_eos_ids, stop_ids
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.propose.config import SpecConfig
@@ -110,13 +110,7 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
                                 sampling=sampling, verify_mode=verify_mode, chat=chat,
                                 record_topk=record_topk, head=head, draft_length=draft_length,
                                 on_round=on_round)
-    while True:
-        try:
-            piece = next(pieces)
-        except StopIteration as done:
-            return done.value
-        if on_text:
-            on_text(piece)
+    return drained(pieces, on_text)
 
 
 def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,

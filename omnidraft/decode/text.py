@@ -1,12 +1,28 @@
-"""Text in and out of token ids: prompt encoding (plain or chat template), stop ids, and an
-incremental detokenizer that streams only completed characters.
+"""Text in and out of token ids: prompt encoding (plain or chat template), stop ids, an
+incremental detokenizer that streams only completed characters, and running a stream of text
+pieces to the result it returns.
 
 Knows tokenizers; nothing about models or decoding strategies.
 """
 
 from __future__ import annotations
 
+from typing import Callable, Generator, TypeVar
+
 from omnidraft.errors import OmniDraftError
+
+T = TypeVar("T")
+
+
+def drained(pieces: Generator[str, None, T], on_text: Callable[[str], None] | None = None) -> T:
+    """Run a generator of text pieces to its end (``on_text`` sees each piece); its return value."""
+    while True:
+        try:
+            piece = next(pieces)
+        except StopIteration as done:
+            return done.value
+        if on_text:
+            on_text(piece)
 
 
 def encode_prompt(tok, prompt: str, *, chat: bool) -> list[int]:

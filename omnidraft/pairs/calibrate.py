@@ -148,14 +148,11 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
             report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
                                     "translate_ms": dl.model.translate_ms, "on": session.cost_on}
             session.save_cost()
-        choice, session.engine_choice = session.engine_choice, None  # the pair itself is measured
-        try:
+        with session.pair_only():
             report["calibration"] = c = measure(session, prompts, max_new_tokens=max_new_tokens,
                                                 ar=not session.spec.remote, say=say, budget_s=calibration_s / 2)
-        finally:
-            session.engine_choice = choice
-        if choice is not None and "ar_tokens_per_s" in c:
-            choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
+        if session.engine_choice is not None and "ar_tokens_per_s" in c:
+            session.engine_choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
     return report
 
 

@@ -47,6 +47,7 @@ from typing import Generator
 import torch
 
 from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.text import drained
 from omnidraft.decode.verify import Verdict
 from omnidraft.errors import OmniDraftError
 from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
@@ -252,12 +253,7 @@ class OpenAITarget:
 
     def generate_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Alone:
         """The engine generating on its own (``stream_alone``), read to its end."""
-        pieces = self.stream_alone(prompt_ids, max_new_tokens)
-        while True:
-            try:
-                next(pieces)
-            except StopIteration as done:
-                return done.value
+        return drained(self.stream_alone(prompt_ids, max_new_tokens))
 
     def stream_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Generator[str, None, Alone]:
         """The engine generating on its own at this target's sampling settings, one streamed

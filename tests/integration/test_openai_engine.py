@@ -17,6 +17,7 @@ from scipy import stats
 
 from omnidraft.decode.generate import generate_speculative
 from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.decode.text import drained
 from omnidraft.models.catalog import ensure_gguf
 from omnidraft.models.loading import load_model, load_tokenizer
 from omnidraft.propose.config import SpecConfig
@@ -127,11 +128,6 @@ def test_the_engine_streams_its_own_generation(engine):
     ids = ttok("def fibonacci(n):", add_special_tokens=False).input_ids
     own = _complete(engine, {"prompt": ttok.decode(ids), "max_tokens": 24, "temperature": 0, **NEUTRAL})
     target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(), eos_ids={ttok.eos_token_id})
-    stream, pieces = target.stream_alone(ids, 24), []
-    while True:
-        try:
-            pieces.append(next(stream))
-        except StopIteration as done:
-            alone = done.value
-            break
+    pieces = []
+    alone = drained(target.stream_alone(ids, 24), pieces.append)
     assert "".join(pieces) == alone.text == own["text"] and len(pieces) > 1 and alone.tokens == 24
