@@ -227,7 +227,8 @@ def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwe
     lm, stub = engine
     drafter = str(save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter"))
     url = "openai+" + stub.url
-    s = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False)
+    tok_dir = qwen_tok.name_or_path  # a path: the catalog under the test's own home is empty
+    s = Session(drafter, url, token=TOKEN, target_tokenizer=tok_dir, log=False)
     own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
     text = qwen_tok.decode([t for t in own.token_ids if t != qwen_tok.eos_token_id])
     assert s.generate(PROMPTS[0], max_new_tokens=12).text == text  # not measured yet: the pair
@@ -237,12 +238,12 @@ def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwe
     pieces = list(s.stream(PROMPTS[0], max_new_tokens=12))
     assert "".join(pieces) == text and len(pieces) > 1  # streamed as the engine sends it
     assert s.last.metrics["engine_alone"] and s.last.lossless and stub.requests == before + 1
-    again = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False)
+    again = Session(drafter, url, token=TOKEN, target_tokenizer=tok_dir, log=False)
     assert again.engine_choice.engine_now()  # kept in the pair's folder
     again.engine_choice.since_probe = PROBE_EVERY  # a probe is due: the pair runs, and is measured
     assert again.generate(PROMPTS[0], max_new_tokens=12).text == text and "engine_alone" not in again.last.metrics
     assert again.engine_choice.since_probe == 0
-    fixed = Session(drafter, url, token=TOKEN, target_tokenizer="qwen2.5-coder-0.5b", log=False, k=3)
+    fixed = Session(drafter, url, token=TOKEN, target_tokenizer=tok_dir, log=False, k=3)
     assert fixed.engine_choice is None
     (tmp_path / "bad.json").write_text("{not json")
     assert not EngineChoice.load(tmp_path / "bad.json").engine_now()  # unreadable: the pair runs
