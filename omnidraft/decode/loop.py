@@ -42,7 +42,8 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
 
     ``k`` says how many drafter tokens each round drafts (decode/draft_length.py) and sees what
-    each round accepted; a round of 0 is the target decoding one token alone.
+    each round accepted; a round of 0 is the target decoding one token alone (its token is
+    translated back into the drafter's context when a later round drafts, or at the end).
 
     ``max_new_tokens`` counts target tokens and must fit the target's context window after the
     prompt (generate.check_budget). Each round drafts at most what can still be committed and
@@ -54,36 +55,55 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     target.start(prompt_ids)
     prefill_s = time.perf_counter() - t0
     state = DraftState(ctx, list(prompt_ids), needs_q=target.needs_q, target_vocab=target.vocab_size)
+    behind: list[int] = []  # committed by rounds without a draft and not yet translated back
     produced = 0
-    while produced < max_new_tokens:
-        round_t0 = time.perf_counter()
-        # room: tokens this round can still commit beyond the correction/bonus, and the window
-        target_room = target.max_length - len(state.committed)  # verify feeds pending + proposal
-        k_round = max(0, min(k.next_k(), max_new_tokens - produced - 1, target_room))
-        # 1. draft and 2. translate: target ids (+ q' for rejection sampling)
-        prop = proposer.propose(state, k_round) if k_round else state.empty()
-        if len(prop.target_ids) > target_room:  # a split n-gram can outgrow the drafts
-            prop = prop.prefix(target_room)
-        # 3. verify (one target forward)
-        verdict = target.verify(prop.target_ids, prop.q)
-        k.observe(len(prop.target_ids), verdict.accepted)
-        # 4. accept: the kept prefix plus the correction/bonus token, cut at a stop id or budget
-        new = prop.target_ids[: verdict.accepted] + [verdict.token]
-        for j, t in enumerate(new):
-            if t in stop:
-                new = new[: j + 1]
+    try:
+        while produced < max_new_tokens:
+            round_t0 = time.perf_counter()
+            # room: tokens this round can still commit beyond the correction/bonus, and the window
+            target_room = target.max_length - len(state.committed)  # verify feeds pending + proposal
+            k_round = max(0, min(k.next_k(), max_new_tokens - produced - 1, target_room))
+            # 1. draft and 2. translate: target ids (+ q' for rejection sampling); the drafter's
+            # context first takes in what rounds without a draft committed
+            if k_round:
+                _translate_back(proposer, state, behind)
+            caught_up_s = time.perf_counter() - round_t0
+            prop = proposer.propose(state, k_round) if k_round else state.empty()
+            if len(prop.target_ids) > target_room:  # a split n-gram can outgrow the drafts
+                prop = prop.prefix(target_room)
+            # 3. verify (one target forward)
+            verdict = target.verify(prop.target_ids, prop.q)
+            k.observe(len(prop.target_ids), verdict.accepted)
+            # 4. accept: the kept prefix plus the correction/bonus token, cut at a stop id or budget
+            new = prop.target_ids[: verdict.accepted] + [verdict.token]
+            for j, t in enumerate(new):
+                if t in stop:
+                    new = new[: j + 1]
+                    break
+            new = new[: max_new_tokens - produced]
+            rows = None if target.last_rows is None else tuple(x[: len(new)] for x in target.last_rows)
+            # 5. reverse translation into the drafter's tokens and cache update; after a round
+            # without a draft it waits until the drafter next reads its context
+            back_t0 = time.perf_counter()
+            state.committed.extend(new)
+            state.generated.extend(new)
+            behind.extend(new)
+            if k_round:
+                _translate_back(proposer, state, behind)
+            now = time.perf_counter()
+            produced += len(new)
+            yield Round(new, prop, verdict, rows, caught_up_s + prop.translate_s + now - back_t0,
+                        now - round_t0, prefill_s, now - t0)
+            if new[-1] in stop:
                 break
-        new = new[: max_new_tokens - produced]
-        rows = None if target.last_rows is None else tuple(x[: len(new)] for x in target.last_rows)
-        # 5. reverse translation into the drafter's tokens and cache update
-        back_t0 = time.perf_counter()
-        ctx.append_target(new)
-        state.committed.extend(new)
-        state.generated.extend(new)
-        proposer.observe(state)
-        now = time.perf_counter()
-        produced += len(new)
-        yield Round(new, prop, verdict, rows, prop.translate_s + now - back_t0, now - round_t0,
-                    prefill_s, now - t0)
-        if new[-1] in stop:
-            break
+    finally:  # the drafter's context is whole when the loop ends (a training record reads it)
+        _translate_back(proposer, state, behind)
+
+
+def _translate_back(proposer: Proposer, state: DraftState, behind: list[int]) -> None:
+    """Reverse translation of the committed ids in ``behind`` (then emptied) and the proposer's
+    cache update."""
+    if behind:
+        state.ctx.append_target(behind)
+        proposer.observe(state, len(behind))
+        behind.clear()

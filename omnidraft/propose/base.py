@@ -36,5 +36,6 @@ class Proposer(Protocol):
         """At most ``k`` (>= 1) drafter tokens' worth of target ids; fewer near the drafter's
         window end, none when nothing translates. ``Proposal.q`` is set iff ``state.needs_q``."""
 
-    def observe(self, state: DraftState) -> None:
-        """After a round: ``state`` holds the newly committed tokens (cache updates)."""
+    def observe(self, state: DraftState, fresh: int) -> None:
+        """After the committed tokens reach the drafter's context: the last ``fresh`` of
+        ``state.generated`` are new since the previous call (cache updates)."""

@@ -191,5 +191,5 @@ class SLRSProposer:
         prop.translate_s = time.perf_counter() - t0 - self.forward_s
         return prop
 
-    def observe(self, state: DraftState) -> None:
+    def observe(self, state: DraftState, fresh: int) -> None:
         pass

@@ -19,7 +19,7 @@ from omnidraft.propose.base import DraftState
 from omnidraft.propose.drafter import Drafter
 from omnidraft.translate.ngram import NgramCache
 from omnidraft.translate.proposal import Proposal
-from omnidraft.translate.reverse import learn_ngrams
+from omnidraft.translate.reverse import LEARN_WINDOW, learn_ngrams
 
 
 class TranslatingProposer:
@@ -67,6 +67,6 @@ class TranslatingProposer:
         return replace(prop, drafts=drafts + untranslatable, q=q_target, drafter_forwards=forwards,
                        translate_s=time.perf_counter() - t0)
 
-    def observe(self, state: DraftState) -> None:
-        if self.learn is not None:
-            learn_ngrams(self.learn, state.ctx, state.generated)
+    def observe(self, state: DraftState, fresh: int) -> None:
+        if self.learn is not None:  # the usual window, or all of a longer stretch
+            learn_ngrams(self.learn, state.ctx, state.generated, window=max(LEARN_WINDOW, fresh))

@@ -66,7 +66,10 @@ class DraftContext:
         self.gen_ids = self.gen_ids[:keep] + self.tok.encode(text, add_special_tokens=False)
 
 
-def learn_ngrams(cache: NgramCache, ctx: DraftContext, target_ids: list[int], window: int = 24) -> int:
+LEARN_WINDOW = 24  # target tokens re-aligned after each drafting round
+
+
+def learn_ngrams(cache: NgramCache, ctx: DraftContext, target_ids: list[int], window: int = LEARN_WINDOW) -> int:
     """Learn, in context, the segments where the two tokenizations of the committed text differ.
 
     ``target_ids``: the target's generated tokens so far. The last ``window`` of them and the

@@ -243,3 +243,60 @@ def test_metrics_position_counters():
     # position 0: reached by the 4 rounds that proposed something, accepted in 3
     assert m.reached == [4, 3, 1, 1] and m.position_accepted == [3, 2, 1, 1]
     assert m.summary()["position_acceptance"] == [0.75, 0.6667, 1.0, 1.0]
+
+
+class _Schedule:
+    """Draft lengths 0, 0, 3 round after round (a DraftLength)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def start(self):
+        self.n = 0
+
+    def next_k(self):
+        self.n += 1
+        return 3 if self.n % 3 == 0 else 0
+
+    def observe(self, proposed, accepted):
+        pass
+
+    def probe_soon(self):
+        pass
+
+
+def test_rounds_without_a_draft_reach_the_drafter_before_it_drafts_and_by_the_end(cross):
+    """A round of 0 drafts leaves its token's reverse translation for later: the drafter's context
+    spells every committed token whenever it drafts, and once the loop ends; output unchanged."""
+    from omnidraft.decode.loop import decode
+    from omnidraft.decode.text import encode_prompt
+    from omnidraft.translate.reverse import DraftContext
+
+    d, t, pair = cross
+    vm = pair.vmap
+
+    def spelled(ctx) -> bytes:
+        return b"".join(vm.draft_bytes[i] or b"" for i in ctx.gen_ids) + ctx.tail
+
+    def committed_bytes(ids) -> bytes:
+        return b"".join(vm.target_bytes[i] or b"" for i in ids)
+
+    inner = get("omnidraft").proposer(pair, d.fork(), SamplingConfig(), SpecConfig("omnidraft", k=3), None)
+    seen: list[tuple[bytes, bytes]] = []
+
+    class Spy:
+        def propose(self, state, k):
+            seen.append((spelled(state.ctx), committed_bytes(state.generated)))
+            return inner.propose(state, k)
+
+        def observe(self, state, fresh):
+            inner.observe(state, fresh)
+
+    prompt = PROMPTS[0]
+    ctx = DraftContext(pair.draft_tok, vm, encode_prompt(pair.draft_tok, prompt, chat=False))
+    rounds = list(decode(Spy(), LocalTarget(t.fork(), SamplingConfig()), ctx, encode_prompt(pair.target_tok, prompt, chat=False),
+                         k=_Schedule(), max_new_tokens=20, stop=set()))
+    out = [i for r in rounds for i in r.committed]
+    assert out == generate_ar(t, pair.target_tok, prompt, max_new_tokens=20).token_ids
+    assert len(seen) >= 2 and all(drafter == target for drafter, target in seen)
+    assert len(rounds) > len(seen) and spelled(ctx) == committed_bytes(out)

@@ -51,7 +51,7 @@ def test_every_proposer_keeps_the_protocol(cross, strategy, needs_q):
         assert prop.q is None
     state.committed.extend(prop.target_ids[:1])
     state.generated.extend(prop.target_ids[:1])
-    proposer.observe(state)
+    proposer.observe(state, 1)
 
 
 def test_registry_names_every_choice_and_rejects_unknown_names():
@@ -75,7 +75,7 @@ class _LastTokenProposer:
             prop.q = torch.zeros(k, state.target_vocab)
         return prop
 
-    def observe(self, state):
+    def observe(self, state, fresh):
         pass
 
 
