@@ -2,7 +2,10 @@
 into a Verdict. ``LocalTarget`` runs in-process; a remote target speaks the same protocol.
 
 Cache discipline: the cache holds the committed context except its last token (``pending``);
-each verify feeds [pending, t_1..t_m], so one forward yields all m+1 target rows.
+each verify feeds [pending, t_1..t_m], so one forward yields all m+1 target rows. The first
+verify after ``start`` is the exception: the prompt prefill already ran the pending token and
+kept its logits row, so it feeds only the proposal (a round without one needs no forward at all,
+and a generation costs the target the forwards `ar` pays).
 Knows models and verification; nothing about drafters or vocabularies.
 """
 
@@ -72,6 +75,7 @@ class LocalTarget:
         self.mode = mode
         self.gen = sampling.generator(stream)
         self.pending: int | None = None
+        self.ahead: torch.Tensor | None = None  # [1, V] the pending token's logits when it is cached
         self.record_topk = record_topk
         self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -92,10 +96,7 @@ class LocalTarget:
         return model_eos_ids(self.model)
 
     def start(self, prompt_ids: list[int]) -> None:
-        if len(prompt_ids) > 1:
-            self.model.prefill(prompt_ids[:-1])
-        else:
-            self.model.reset()
+        self.ahead = self.model.prefill(prompt_ids).logits[-1:]
         self.pending = prompt_ids[-1]
 
     def check(self, proposal: list[int], q: torch.Tensor | None) -> None:
@@ -105,7 +106,7 @@ class LocalTarget:
         m, vocab = len(proposal), self.vocab_size
         if any(not 0 <= t < vocab for t in proposal):
             raise ValueError(f"proposal ids must be in 0..{vocab - 1}")
-        if self.model.length + 1 + m > self.max_length:
+        if self.model.length + (self.ahead is None) + m > self.max_length:
             raise ValueError(f"a {m}-token proposal would pass the context window of {self.max_length}")
         if self.needs_q and m and (q is None or tuple(q.shape) != (m, vocab)):
             raise ValueError(f"rejection mode needs q of shape [{m}, {vocab}]")
@@ -120,11 +121,16 @@ class LocalTarget:
         except BaseException:
             self.model.truncate(length)
             raise
-        self.pending = verdict.token
+        self.pending, self.ahead = verdict.token, None
         return verdict
 
     def _verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
-        logits = self.model.extend([self.pending] + list(proposal)).logits  # [m+1, V]
+        if self.ahead is None:
+            logits = self.model.extend([self.pending] + list(proposal)).logits  # [m+1, V]
+        elif proposal:  # the pending token's row came with the prefill
+            logits = torch.cat([self.ahead, self.model.extend(list(proposal)).logits])
+        else:
+            logits = self.ahead
         if self.sampling.greedy:
             verdict = verify_greedy(proposal, logits.argmax(-1).tolist())
         else:

@@ -203,7 +203,8 @@ def test_local_target_validates_before_touching_its_cache(cross):
             target.verify([1, 2], q)
     finally:
         target.model.model.forward = real
-    assert target.model.length == length and target.model.tokens == [5, 6, 7]
+    # the prefill ran the whole prompt; the pending token's row waits for the first verify
+    assert target.model.length == length and target.model.tokens == [5, 6, 7, 8]
     fresh = LocalTarget(CausalLM(t.model), SamplingConfig(temperature=1.0, seed=1), "rejection")
     fresh.start([5, 6, 7, 8])
     assert target.verify([1, 2], q) == fresh.verify([1, 2], q)
