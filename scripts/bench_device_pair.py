@@ -40,6 +40,7 @@ def main() -> int:
 
         configure_process()
     import benchio
+    from baselines import baselines as bench_baselines
     import benchsetup
 
     ap = benchsetup.parser(__doc__, dtype="--dtype", k=False)
@@ -87,7 +88,7 @@ def main() -> int:
     log(f"per-position acceptance {[round(a, 3) for a in accept]}; cost model: k={k}, predicted "
         f"{predicted:.2f} tokens/s vs {model.tokens_per_s(accept, 0):.2f} alone")
 
-    baselines = {} if args.no_baselines else _baselines(args, log)
+    baselines = {} if args.no_baselines else bench_baselines(args.target, args.drafter, args.threads, log)
     sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
     runs = {"cost model": dl, f"k = {args.fixed_k}": FixedK(args.fixed_k)}  # the product, and a fixed k
     rows, report = [], benchio.stamp_report(cpu=cpu_info(), before_fix=before, cost=model.to_dict(),
@@ -166,51 +167,6 @@ def main() -> int:
     benchio.save(args.out, "device-pair" + ("-before" if before else ""),
                  "The pair on the device: ExecuTorch drafter + ExecuTorch target", report, md)
     return 0
-
-
-def _baselines(args, log) -> dict:
-    """name -> run(prompt ids, new tokens) -> (tokens, seconds): the target alone on llama.cpp (the
-    packaged GGUF, greedy) when llama-cpp-python is installed, and transformers' assisted generation
-    (the target in bf16 with the drafter) at its default and at its best setting here (5 tokens a
-    draft, constant schedule)."""
-    import time
-
-    from bench_speculative import hf_assisted
-    from omnidraft.decode.text import generation_eos_ids
-    from omnidraft.models.catalog import ensure_gguf
-    from omnidraft.models.loading import load_model, load_tokenizer
-
-    target_hf, drafter_hf = load_model(args.target, dtype="bf16").model, load_model(args.drafter, dtype="fp32").model
-    ttok, dtok = load_tokenizer(args.target), load_tokenizer(args.drafter)
-    eos = generation_eos_ids(target_hf.generation_config)
-    runs = {}
-    try:
-        from llama_cpp import Llama
-
-        gguf = ensure_gguf(args.target, progress=log)
-        llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=args.threads, n_threads_batch=args.threads,
-                    verbose=False)
-        stop = eos | {llm.token_eos()}
-
-        def llama(ids, new):
-            t0, n = time.perf_counter(), 0
-            for tok in llm.generate(ids, top_k=1, temp=0.0, reset=True):
-                n += 1
-                if tok in stop or n >= new:
-                    break
-            return n, time.perf_counter() - t0
-
-        runs["llama.cpp target alone"] = llama
-    except ImportError:
-        log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp baseline")
-
-    for label, n_tokens in (("default", None), ("5 tokens, constant", 5)):
-        def assisted(ids, new, n_tokens=n_tokens):
-            out, secs = hf_assisted(target_hf, drafter_hf, ttok, dtok, ids, new, eos, n_tokens)
-            return len(out), secs
-
-        runs[f"transformers assisted generation, {label} (bf16 target, UAG)"] = assisted
-    return runs
 
 
 def _ar_metrics(m: dict) -> dict:

@@ -10,9 +10,11 @@ session picks each up at its next generation (the drafter program swaps the vers
 Every --measure-every stream prompts, when a version newer than the last measured one exists,
 a fixed held-out set (code and chat prompts never in the stream) is generated unlogged with the
 daemon stopped (SIGSTOP: the 2 cores are the session's while it is timed; SIGCONT after):
-tokens/s, target forwards per generated token, acceptance. The untrained pair is measured
-before the stream, the target alone (same runtime, same session) before and after, and the
-last version once the daemon has trained on everything.
+tokens/s, target forwards per generated token, acceptance. Before the stream, per held-out
+prompt in turn: the untrained pair, the target alone (same runtime, same session), llama.cpp's
+target alone and transformers' assisted generation at its best setting (scripts/baselines.py);
+after it, once the daemon has trained on everything, the last version and the target alone,
+again per prompt in turn.
 
 Runs in a scratch $OMNIDRAFT_HOME (--home) that links the real home's models, programs and
 vocabularies, so the pair starts untrained. Writes bench/results/usage-<stamp>.json/.md/.png.
@@ -55,35 +57,43 @@ def daemon_stopped(pid: int):
         os.kill(pid, signal.SIGCONT)
 
 
-def measure(session, prompts: list[tuple[str, bool]], max_new_tokens: int) -> dict:
-    """Unlogged generations of ``prompts``: sums over them, per kind (code / chat)."""
-    out = {}
-    with session.unlogged():
-        for kind in ("code", "chat"):
-            tokens = wall = forwards = proposed = accepted = 0
-            for prompt, chat in prompts:
-                if chat != (kind == "chat"):
-                    continue
-                m = session.generate(prompt, max_new_tokens=max_new_tokens, chat=chat).metrics
-                tokens += m["new_tokens"]
-                wall += m["wall_s"]
-                forwards += m["target_forwards"]
-                proposed += m["proposed"]
-                accepted += m["accepted"]
-            out[kind] = {"tokens_per_s": round(tokens / wall, 3), "forwards_per_token": round(forwards / tokens, 4),
-                         "acceptance": round(accepted / proposed, 4) if proposed else None, "tokens": tokens}
-    return out
-
-
-def target_alone(session, prompts, max_new_tokens: int) -> dict:
-    """The same session's target decoding alone (draft length 0) on ``prompts``."""
+def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, *, alone: bool = True,
+                 baselines: dict | None = None) -> dict[str, dict]:
+    """Per prompt, in an order that rotates: the session's pair, with ``alone`` its target alone
+    (draft length 0, same runtime), and each baseline (baselines.py) on the same prompt; unlogged.
+    {row: {kind (code / chat): sums}}; a baseline row has tokens/s only."""
     from omnidraft.decode.draft_length import FixedK
+    from omnidraft.decode.text import encode_prompt
 
-    kept, session.draft_length = session.draft_length, FixedK(0)
-    try:
-        return measure(session, prompts, max_new_tokens)
-    finally:
-        session.draft_length = kept
+    baselines = baselines or {}
+    rows = ["pair", *(["target alone"] if alone else []), *baselines]
+    sums: dict[tuple[str, str], list] = {}  # (row, kind) -> tokens, seconds, forwards, proposed, accepted
+    with session.unlogged():
+        for i, (prompt, chat) in enumerate(prompts):
+            kind = "chat" if chat else "code"
+            for row in rows[i % len(rows):] + rows[: i % len(rows)]:
+                if row in baselines:
+                    n, secs = baselines[row](encode_prompt(session.target_tok, prompt, chat=chat), max_new_tokens)
+                    got = [n, secs, None, None, None]
+                else:
+                    kept = session.draft_length
+                    if row == "target alone":
+                        session.draft_length = FixedK(0)
+                    try:
+                        m = session.generate(prompt, max_new_tokens=max_new_tokens, chat=chat).metrics
+                    finally:
+                        session.draft_length = kept
+                    got = [m["new_tokens"], m["wall_s"], m["target_forwards"], m["proposed"], m["accepted"]]
+                acc = sums.setdefault((row, kind), [0, 0.0, 0, 0, 0])
+                sums[(row, kind)] = [a + (g or 0) for a, g in zip(acc, got)] if got[2] is not None else \
+                    [acc[0] + got[0], acc[1] + got[1], None, None, None]
+    out: dict[str, dict] = {}
+    for (row, kind), (tokens, wall, forwards, proposed, accepted) in sums.items():
+        out.setdefault(row, {})[kind] = {
+            "tokens_per_s": round(tokens / wall, 3),
+            "forwards_per_token": round(forwards / tokens, 4) if forwards is not None else None,
+            "acceptance": round(accepted / proposed, 4) if proposed else None, "tokens": tokens}
+    return out
 
 
 def wait_idle(daemon, pair: str, timeout_s: float, log) -> bool:
@@ -124,6 +134,11 @@ def render(report: dict, out: str) -> None:
     md += table(["row", "stream prompts seen", "adapter", "code tok/s", "code forwards/token", "code acceptance",
                  "chat tok/s", "chat forwards/token", "chat acceptance"], rows)
     s = report["summary"]
+    others = [m for m in report["measurements"] if m["label"] in report.get("baselines", [])]
+    if others:
+        md += ["", "The baselines, measured before the stream per prompt in turn with the untrained pair and the "
+               "target alone: " + "; ".join(f"{m['label']} code {m['code']['tokens_per_s']} / chat "
+                                           f"{m['chat']['tokens_per_s']} tok/s" for m in others)]
     md += ["", "Last version vs the untrained pair (same session, same run): "
            + "; ".join(f"{k}: tokens/s {v['speedup_vs_untrained']}x, forwards/token {v['forwards_change']:+.1%}, "
                        f"vs the target alone {v['vs_target_alone']}x" for k, v in s.items())]
@@ -151,6 +166,10 @@ def render(report: dict, out: str) -> None:
             ax.axhline(pts[0][kind][field], color=color, linestyle=":", label=f"untrained pair, {kind}")
             if alone:
                 ax.axhline(alone[0][kind][field], color=color, linestyle="--", label=f"target alone, {kind}")
+            for m, style in zip([m for m in report["measurements"] if m["label"] in report.get("baselines", [])],
+                                ("-.", (0, (1, 1)))):
+                if m[kind][field] is not None:
+                    ax.axhline(m[kind][field], color=color, linestyle=style, alpha=0.6, label=f"{m['label']}, {kind}")
         ax.set_xlabel("stream prompts seen")
         ax.set_ylabel(name)
         ax.legend(fontsize=7)
@@ -180,6 +199,7 @@ def main() -> int:
                     help="after the stream, how long to wait for the daemon to train on the rest")
     ap.add_argument("--calibration-s", type=float, default=60.0,
                     help="`omnidraft pair`'s calibration budget (the user's first step; the cost model's acceptance)")
+    ap.add_argument("--no-baselines", action="store_true", help="skip llama.cpp and transformers' assisted generation")
     ap.add_argument("--home", default=None, help="the scratch home (default: <real home>/usage-runs/<stamp>)")
     args = ap.parse_args()
     log = benchsetup.logger("usage")
@@ -193,6 +213,7 @@ def main() -> int:
     benchsetup.start(args.threads)
 
     import benchio
+    from baselines import BEST, baselines
     from omnidraft import Session
     from omnidraft.pairs.calibrate import format_report, pair
     from omnidraft.pairs.cost import cpu_info
@@ -232,8 +253,14 @@ def main() -> int:
         report["measurements"].append(row)
         log(json.dumps(row))
 
-    record("target alone (before)", 0, target_alone(session, held, args.max_new_tokens))
-    record("untrained pair", 0, measure(session, held, args.max_new_tokens))
+    runs = {} if args.no_baselines else baselines(args.target, args.drafter, args.threads, log, assisted=(BEST,))
+    before = side_by_side(session, held, args.max_new_tokens, baselines=runs)
+    record("target alone (before)", 0, before["target alone"])
+    record("untrained pair", 0, before["pair"])
+    report["baselines"] = list(runs)
+    for name in runs:
+        record(name, 0, before[name])
+    del runs  # the baselines' models leave memory before the daemon trains
     pid = daemon.start(args.poll, config=args.daemon_config)
     log(f"daemon pid {pid}")
     measured = session.version  # pairing's fresh adapter: the untrained drafter
@@ -248,7 +275,8 @@ def main() -> int:
                     f"{time.perf_counter() - t0:.0f} s")
                 if session.refresh() is not None and session.version != measured:
                     with daemon_stopped(pid):
-                        record(f"version {session.version}", n, measure(session, held, args.max_new_tokens))
+                        record(f"version {session.version}", n,
+                               side_by_side(session, held, args.max_new_tokens, alone=False)["pair"])
                     measured = session.version
         log("stream done; waiting for the daemon to train on the rest")
         drained = wait_idle(daemon, name, args.drain_minutes * 60, log)
@@ -256,15 +284,16 @@ def main() -> int:
     finally:
         daemon.stop()
     session.refresh()
+    after = side_by_side(session, held, args.max_new_tokens)
     if session.version is not None and session.version != measured:
-        record(f"final {session.version}", len(stream), measure(session, held, args.max_new_tokens))
-    record("target alone (after)", len(stream), target_alone(session, held, args.max_new_tokens))
+        record(f"final {session.version}", len(stream), after["pair"])
+    record("target alone (after)", len(stream), after["target alone"])
     report["rounds"] = history(session.spec)
     report["stream_seconds"] = round(time.perf_counter() - t0, 1)
     untrained = report["measurements"][1]
     last = [m for m in report["measurements"] if m["label"].startswith(("version", "final"))] or [untrained]
     last = last[-1]
-    alone = report["measurements"][0]
+    alone = report["measurements"][-1]  # the target alone after the stream, per prompt in turn with `last`
     report["summary"] = {
         kind: {"speedup_vs_untrained": round(last[kind]["tokens_per_s"] / untrained[kind]["tokens_per_s"], 3),
                "forwards_change": round(last[kind]["forwards_per_token"] / untrained[kind]["forwards_per_token"] - 1, 4),

@@ -1,0 +1,60 @@
+"""The honest alternatives every speed table carries: the target alone on llama.cpp (the
+packaged GGUF, greedy; when llama-cpp-python is installed) and transformers' assisted generation
+(the target in bf16 with the drafter, heterogeneous vocabularies) at its default and at its best
+setting here (5 tokens a draft, constant schedule: 1.07-1.14x its default on this machine).
+
+Each is a run(prompt ids, new tokens) -> (tokens generated, seconds, prefill included). Knows
+llama-cpp-python and transformers' generate; nothing about OmniDraft's decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+ASSISTED = {"default": None, "5 tokens, constant": 5}  # label -> num_assistant_tokens
+BEST = "5 tokens, constant"
+
+
+def assisted_name(label: str) -> str:
+    return f"transformers assisted generation, {label} (bf16 target, UAG)"
+
+
+def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None],
+              assisted: tuple[str, ...] = tuple(ASSISTED)) -> dict[str, Callable]:
+    """name -> run, for llama.cpp (when installed) and each of ``assisted``'s settings."""
+    from bench_speculative import hf_assisted
+    from omnidraft.decode.text import generation_eos_ids
+    from omnidraft.models.catalog import ensure_gguf
+    from omnidraft.models.loading import load_model, load_tokenizer
+
+    target_hf, drafter_hf = load_model(target, dtype="bf16").model, load_model(drafter, dtype="fp32").model
+    ttok, dtok = load_tokenizer(target), load_tokenizer(drafter)
+    eos = generation_eos_ids(target_hf.generation_config)
+    runs = {}
+    try:
+        from llama_cpp import Llama
+
+        gguf = ensure_gguf(target, progress=log)
+        llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
+        stop = eos | {llm.token_eos()}
+
+        def llama(ids, new):
+            t0, n = time.perf_counter(), 0
+            for tok in llm.generate(ids, top_k=1, temp=0.0, reset=True):
+                n += 1
+                if tok in stop or n >= new:
+                    break
+            return n, time.perf_counter() - t0
+
+        runs["llama.cpp target alone"] = llama
+    except ImportError:
+        log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp baseline")
+
+    for label in assisted:
+        def run(ids, new, n_tokens=ASSISTED[label]):
+            out, secs = hf_assisted(target_hf, drafter_hf, ttok, dtok, ids, new, eos, n_tokens)
+            return len(out), secs
+
+        runs[assisted_name(label)] = run
+    return runs
