@@ -158,6 +158,22 @@ def test_a_round_replays_earlier_records_and_takes_more_passes(self_pair):
     assert r2["distill_steps"] == 2 * (8 + 8) // 8  # two passes over 8 new + 8 replayed records
 
 
+def test_a_first_round_trains_the_adapter_its_settings_name(self_pair):
+    import json
+
+    from omnidraft.models.loading import load_model
+    from omnidraft.train.tuning import RoundConfig, run_round
+
+    s = self_pair
+    cfg = RoundConfig.from_dict({"min_records": 8, "max_records": 8, "replay": 0,
+                                 "train": {"rank": 8, "alpha": 16, "target_modules": ["q_proj", "up_proj"],
+                                           "lr": 1e-5}})  # gentle: the guard publishes it
+    r1 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, cfg)
+    assert r1["status"] == "published"
+    conf = json.loads((s.store.path(s.spec.name, r1["version"]) / "adapter_config.json").read_text())
+    assert (conf["r"], conf["lora_alpha"], sorted(conf["target_modules"])) == (8, 16, ["q_proj", "up_proj"])
+
+
 def test_round_settings_come_from_json_and_a_bad_name_is_one_error(tmp_path):
     from omnidraft.errors import OmniDraftError
     from omnidraft.train.daemon import load_config

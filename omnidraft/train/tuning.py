@@ -138,15 +138,15 @@ def history(spec: PairSpec) -> list[dict]:
     return out
 
 
-def load_trainable(spec: PairSpec, store, base_model):
+def load_trainable(spec: PairSpec, store, base_model, train: TrainConfig = TrainConfig()):
     """(peft drafter, acceptance head, version or None): the latest published adapter and head
-    made trainable, or fresh ones."""
+    made trainable, or fresh ones (a fresh adapter takes ``train``'s rank and modules)."""
     from peft import PeftModel
     from safetensors.torch import load_file
 
     latest = store.latest(spec.name)
     if latest is None:
-        return attach_lora(base_model, TrainConfig()), None, None
+        return attach_lora(base_model, train), None, None
     path = store.path(spec.name, latest)
     model = PeftModel.from_pretrained(base_model, str(path), is_trainable=True)
     head_file = path / "head.safetensors"
@@ -178,7 +178,7 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
         if cfg.epochs > 1 or replayed:  # one pass over new records keeps the stream's order
             rnd.shuffle(rows_e)
         schedule += rows_e[: len(rows_e) // interval * interval]
-    model, head, version = load_trainable(spec, store, base_model)
+    model, head, version = load_trainable(spec, store, base_model, cfg.train)
     head = head or AcceptanceHead(model.config.hidden_size, cfg.head.width)
     t0 = time.perf_counter()
     before = match_hits(model, held) if held else None
