@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -223,7 +224,8 @@ def _plot(report: dict, path: Path) -> None:
         ax.set_ylabel("cost relative to one token")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{report['cpu']['model']} ({' '.join(report['cpu']['flags'])})", fontsize=9)
+    title = f"{report['cpu']['model']} ({' '.join(report['cpu']['flags'])})"
+    fig.suptitle(textwrap.fill(title, 150), fontsize=8)  # the flags list runs past the figure's width
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
