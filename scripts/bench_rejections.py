@@ -2,8 +2,8 @@
 strategy's acceptance beside the best string-level one.
 
 The SmolLM2-135M ExecuTorch drafter drafts for each target program (greedy, fixed k, no
-training: the untrained pair); every round is classified by decode/rejections.py — acceptance by
-draft position, by how each proposed token was translated (direct map, n-gram merge, a later
+training: the untrained pair; `--adapter` adds a trained version's rows); every round is
+classified by decode/rejections.py — acceptance by draft position, by how each proposed token was translated (direct map, n-gram merge, a later
 token of a multi-token entry, special token), and the first rejection's cause (drafter wrong,
 translation wrong, draft ended inside the target's token, special token), plus drafted tokens
 that could not be translated. `omnidraft` and `slem` run on the same prompts, interleaved per
@@ -39,7 +39,13 @@ def main() -> int:
     ap.add_argument("--chat", type=int, default=10)
     ap.add_argument("--strategies", default="omnidraft,omnidraft/cache,slem",
                     help="omnidraft/cache: omnidraft without the target's tokenisation (cache + direct map only)")
+    ap.add_argument("--adapter", action="append", default=[], metavar="LABEL=PTD",
+                    help="also run the first strategy with this adapter version's .ptd in the drafter program "
+                         "(a trained pair: pairs/<pair>/executorch/<program>/vNNNN.ptd), interleaved per prompt")
     args = ap.parse_args()
+    adapters = [a.split("=", 1) for a in args.adapter]
+    if any(len(a) != 2 or not Path(a[1]).is_file() for a in adapters):
+        ap.error(f"--adapter wants LABEL=PATH of an existing .ptd, got {args.adapter}")
     benchsetup.start(args.threads)
     log = benchsetup.logger("rejections")
     from omnidraft.decode.generate import generate_speculative
@@ -54,12 +60,17 @@ def main() -> int:
     problems = humaneval()
     sets = {"code": [(p, False) for p in problems[len(problems) - args.code:]],
             "chat": [(p, True) for p in sharegpt(args.chat, start=200)]}
-    strategies = args.strategies.split(",")
     drafter = load_drafter(args.drafter, "executorch")
+    base_ptd = drafter.ptd  # the untrained pair's zero adapter
+    variants = {s: (s, base_ptd) for s in args.strategies.split(",")}  # row label -> (strategy, adapter)
+    first = args.strategies.split(",")[0]
+    variants.update({f"{first}, {label}": (first, Path(ptd)) for label, ptd in adapters})
+    strategies = list(variants)
     dtok = load_tokenizer(args.drafter)
     report = benchio.stamp_report(cpu=cpu_info(), drafter=args.drafter, k=args.k,
                                   max_new_tokens=args.max_new_tokens, results={})
-    md = [f"{args.drafter} (ExecuTorch 8da8w, untrained) -> each target's ExecuTorch 8da8w program; greedy, "
+    trained = ", ".join(f"{label}: {ptd}" for label, ptd in adapters)
+    md = [f"{args.drafter} (ExecuTorch 8da8w, untrained{'; trained adapters ' + trained if trained else ''}) -> each target's ExecuTorch 8da8w program; greedy, "
           f"k = {args.k} every round, {args.max_new_tokens} new tokens; strategies interleaved per prompt. "
           f"`{report['command']}`", ""]
     for name in args.targets.split(","):
@@ -71,7 +82,10 @@ def main() -> int:
             totals = {s: [0, 0] for s in strategies}  # new tokens, target forwards
             for i, (p, chat) in enumerate(prompts):
                 for s in strategies:
-                    cfg = SpecConfig(s.split("/")[0], k=args.k, retokenise=not s.endswith("/cache"))
+                    strategy, ptd = variants[s]
+                    if drafter.ptd != ptd:
+                        drafter.load_adapter(ptd)
+                    cfg = SpecConfig(strategy.split("/")[0], k=args.k, retokenise=not strategy.endswith("/cache"))
                     res = generate_speculative(drafter, target, pairs[s], p, cfg=cfg,
                                                max_new_tokens=args.max_new_tokens, chat=chat,
                                                on_round=tallies[s].add)
@@ -105,7 +119,8 @@ def main() -> int:
         del target  # one target program in memory at a time
     cpu = report["cpu"]
     md.insert(1, f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}.")
-    benchio.save(args.out, "rejections", "Where acceptance is lost: the untrained pair's rejections", report, md)
+    title = "the untrained pair's rejections" + (" beside trained adapters'" if adapters else "")
+    benchio.save(args.out, "rejections", f"Where acceptance is lost: {title}", report, md)
     return 0
 
 
