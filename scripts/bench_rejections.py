@@ -4,11 +4,11 @@ strategy's acceptance beside the best string-level one.
 The SmolLM2-135M ExecuTorch drafter drafts for each target program (greedy, fixed k, no
 training: the untrained pair; `--adapter` adds a trained version's rows); every round is
 classified by decode/rejections.py — acceptance by draft position, by how each proposed token
-was translated (direct map, n-gram merge, a later token of a multi-token entry, special token), and the first rejection's cause (drafter wrong,
-translation wrong, draft ended inside the target's token, special token), plus drafted tokens
-that could not be translated. `omnidraft` and `slem` run on the same prompts, interleaved per
-prompt; tokens per target forward is the comparison that does not depend on how a strategy
-splits its proposal.
+was translated (direct map, n-gram merge, a later token of a multi-token entry, special token),
+and the first rejection's cause (drafter wrong, translation wrong, draft ended inside the
+target's token, special token), plus drafted tokens that could not be translated. `omnidraft`
+and `slem` run on the same prompts, interleaved per prompt; tokens per target forward is the
+comparison that does not depend on how a strategy splits its proposal.
 
 Prompts: the last 10 HumanEval problems (the held-out set of bench_strategies) and ShareGPT
 chat prompts (bench extra) from 200 on (past the usage streams' first prompts).
