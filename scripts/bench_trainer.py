@@ -22,12 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_SETTINGS = {  # over RoundConfig's defaults (LoRA lr 1e-3, replay 64)
-    "lr 1e-4, no replay (the old default)": {"train": {"lr": 1e-4}, "replay": 0},
-    "lr 1e-3, no replay": {"replay": 0},
-    "lr 3e-3, no replay": {"train": {"lr": 3e-3}, "replay": 0},
-    "lr 1e-3, replay 64 (the default)": {},
-    "lr 1e-3, replay 64, 3 epochs": {"epochs": 3},
+DEFAULT_SETTINGS = {  # over RoundConfig's defaults (LoRA r32 q/k/v/o, lr 1e-3, replay 64, forward KL)
+    "the default": {},
+    "reverse KL, the paper's (the default before)": {"train": {"divergence": "kl"}},
+    "LoRA on q/k/v/o + MLP (needs a program exported with those modules)":
+        {"train": {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}},
+    "LoRA rank 64": {"train": {"rank": 64, "alpha": 64}},
 }
 
 

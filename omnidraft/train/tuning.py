@@ -42,7 +42,9 @@ class RoundConfig:
     guard_alpha: float = 0.05  # reject a candidate only when significantly worse at this level (guard.py)
     replay: int = 64  # earlier training records trained on again each round (a fixed budget, against forgetting)
     epochs: int = 1  # passes over the round's records (new + replayed), shuffled
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-3))  # LoRA: 1e-3 learns, 1e-4 barely
+    # LoRA at 1e-3 (1e-4 barely learns); forward KL(p || q'): on two real streams it raised held-out code
+    # match by +0.04 / +0.05 over the paper's KL(q' || p), chat within +-0.005 (bench_trainer, README)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-3, divergence="fkl"))
     head: HeadConfig = field(default_factory=lambda: HeadConfig(labels="greedy"))
 
     def __post_init__(self):
