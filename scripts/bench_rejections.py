@@ -69,8 +69,8 @@ def main() -> int:
     dtok = load_tokenizer(args.drafter)
     report = benchio.stamp_report(cpu=cpu_info(), drafter=args.drafter, k=args.k,
                                   max_new_tokens=args.max_new_tokens, results={})
-    trained = ", ".join(f"{label}: {ptd}" for label, ptd in adapters)
-    md = [f"{args.drafter} (ExecuTorch 8da8w, untrained{'; trained adapters ' + trained if trained else ''}) -> each target's ExecuTorch 8da8w program; greedy, "
+    trained = "".join(f"; trained adapter {label}: {ptd}" for label, ptd in adapters)
+    md = [f"{args.drafter} (ExecuTorch 8da8w, untrained{trained}) -> each target's ExecuTorch 8da8w program; greedy, "
           f"k = {args.k} every round, {args.max_new_tokens} new tokens; strategies interleaved per prompt. "
           f"`{report['command']}`", ""]
     for name in args.targets.split(","):
