@@ -140,7 +140,7 @@ def history(spec: PairSpec) -> list[dict]:
     return out
 
 
-def load_trainable(spec: PairSpec, store, base_model, train: TrainConfig = TrainConfig()):
+def load_trainable(spec: PairSpec, store, base_model, train: TrainConfig):
     """(peft drafter, acceptance head, version or None): the latest published adapter and head
     made trainable, or fresh ones (a fresh adapter takes ``train``'s rank and modules)."""
     from peft import PeftModel
