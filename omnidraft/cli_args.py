@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from omnidraft.serve.wire import ENGINES
+
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -23,6 +25,8 @@ def _add_openai(p: argparse.ArgumentParser) -> None:
                    "name (default: the one the server lists)")
     p.add_argument("--target-context", type=int, default=2048, help="with an openai+ target: the "
                    "server's context length in tokens")
+    p.add_argument("--target-engine", choices=ENGINES, default=None, help="with an openai+ target: the "
+                   "serving engine (default: what the server's /models says)")
 
 
 def build_parser() -> argparse.ArgumentParser:

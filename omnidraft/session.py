@@ -30,7 +30,8 @@ class Session:
     """``target``: catalog name, model dir, .gguf, http(s):// URL of `omnidraft serve-target`
     (then ``token`` and, unless the server's model name is a catalog name, ``target_tokenizer``), or
     openai+http(s)://HOST:PORT/v1 of an OpenAI-compatible server (``token``, ``target_tokenizer``,
-    and ``target_model`` / ``target_context`` when it serves several models / not 2048 tokens).
+    ``target_model`` / ``target_context`` when it serves several models / not 2048 tokens, and
+    ``target_engine`` when its /models does not say which engine it is: serve/openai_api.py).
     ``k``: drafter tokens per round; None (the default): the pair's cost model chooses it each
     round, 0..``max_k``, 0 (the target alone) when speculation would not pay on this machine
     (pairs/cost.py; measured here on first use, kept in the pair's folder; ``self.draft_length``
@@ -56,7 +57,8 @@ class Session:
                  token: str | None = None, target_tokenizer: str | None = None, log: bool = True,
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "auto",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None,
-                 target_runtime: str = "auto", target_model: str | None = None, target_context: int = 2048):
+                 target_runtime: str = "auto", target_model: str | None = None, target_context: int = 2048,
+                 target_engine: str | None = None):
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.models.loading import load_tokenizer, set_threads
         from omnidraft.pairs.build import load_drafter, load_target
@@ -86,7 +88,8 @@ class Session:
                                                    dtype=target_dtype, token=token,
                                                    tokenizer=self.spec.target_tokenizer,
                                                    record_topk=self.record_topk, runtime=target_runtime,
-                                                   target_model=target_model, target_context=target_context)
+                                                   target_model=target_model, target_context=target_context,
+                                                   target_engine=target_engine)
         self.target_runtime = ("remote" if self.spec.remote else
                                "executorch" if isinstance(self.target, ExecuTorchLM) else "eager")
         self.pair = PairState(self.draft_tok, self.target_tok, self.drafter.vocab_size, self.target.vocab_size,

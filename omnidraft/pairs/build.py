@@ -95,13 +95,13 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
 def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str = "bf16",
                 token: str | None = None, tokenizer: str | None = None, fallback: str | None = None,
                 record_topk: int = 0, runtime: str = "eager", note=None, target_model: str | None = None,
-                target_context: int = 2048):
+                target_context: int = 2048, target_engine: str | None = None):
     """(target, its tokenizer). A local ``ref`` loads the model (the decode loop verifies it
     in-process, on ``runtime``); an http(s) URL is a RemoteTarget (bearer ``token``; ``tokenizer`` defaults to
     the fallback's, else the model name the server reports); ``openai+http(s)://HOST:PORT/v1`` is an
     OpenAI-compatible server (serve/openai_api.py) serving ``target_model`` (default: the one it lists)
     with a context of ``target_context`` tokens, whose tokenizer is ``tokenizer`` (default: the
-    fallback's). A remote target is wrapped to continue on the local model ``fallback`` when the
+    fallback's), speaking ``target_engine``'s API (default: what the server says it is). A remote target is wrapped to continue on the local model ``fallback`` when the
     server is unreachable."""
     if not is_remote(ref):
         return local_target(ref, runtime, dtype=dtype, note=note), load_tokenizer(tokenizer or ref)
@@ -117,7 +117,7 @@ def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str =
                                  "pass --target-tokenizer (a catalog name or model dir of the served model)")
         tok = load_tokenizer(name)
         target = _openai_target(ref.removeprefix("openai+"), tok, name, token=token, sampling=sampling,
-                                verify=verify, record_topk=record_topk, model=target_model, max_length=target_context)
+                                verify=verify, record_topk=record_topk, model=target_model, max_length=target_context, engine=target_engine)
     else:
         target = RemoteTarget(ref, token, sampling, verify, record_topk)
         tok = load_tokenizer(tokenizer or fallback or target.info()["model"])
@@ -128,11 +128,12 @@ def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str =
 
 
 def _openai_target(url: str, tok, tokenizer: str, *, token: str, sampling: SamplingConfig, verify: str,
-                   record_topk: int, model: str | None, max_length: int):
+                   record_topk: int, model: str | None, max_length: int, engine: str | None):
     """The OpenAITarget at ``url``; its EOS ids: ``tok``'s and those of the generation config beside
     the tokenizer ``tokenizer`` names."""
     from omnidraft.decode.text import generation_eos_ids
-    from omnidraft.serve.openai_api import TOP_N, OpenAITarget
+    from omnidraft.serve.openai_api import OpenAITarget
+    from omnidraft.serve.wire import TOP_N
 
     if verify != "point-mass" and not sampling.greedy:
         raise OmniDraftError("an OpenAI-API target verifies by point-mass", "drop --verify rejection")
@@ -144,4 +145,4 @@ def _openai_target(url: str, tok, tokenizer: str, *, token: str, sampling: Sampl
     except (OSError, ValueError):  # no generation config beside the tokenizer: its EOS alone
         pass
     return OpenAITarget(url, token, model, tok, sampling, eos_ids=eos, max_length=max_length,
-                        record_topk=min(record_topk, TOP_N))
+                        record_topk=min(record_topk, TOP_N), engine=engine)

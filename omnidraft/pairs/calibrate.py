@@ -103,7 +103,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
 
 def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
          max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
-         target_model: str | None = None, target_context: int = 2048,
+         target_model: str | None = None, target_context: int = 2048, target_engine: str | None = None,
          say: Callable[..., None] | None = None, session=None) -> dict:
     """Pair ``drafter`` with ``target``: build their ExecuTorch programs when missing (a given
     ``session`` runs on what it loaded), measure the cost model, and calibrate for about
@@ -115,7 +115,8 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
     built = {} if session is not None else programs.ensure(drafter, target, say=say)
     say(f"pairing {drafter} with {target} ...")
     session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer,
-                                 target_model=target_model, target_context=target_context)
+                                 target_model=target_model, target_context=target_context,
+                                 target_engine=target_engine)
     name = session.spec.name
     if reset:
         for v in session.store.versions(name):

@@ -22,7 +22,8 @@ from omnidraft.models.catalog import ensure_gguf
 from omnidraft.models.loading import load_model, load_tokenizer
 from omnidraft.propose.config import SpecConfig
 from omnidraft.serve.llamacpp import llamacpp_server
-from omnidraft.serve.openai_api import NEUTRAL, OpenAITarget
+from omnidraft.serve.echo_wire import NEUTRAL
+from omnidraft.serve.openai_api import OpenAITarget
 from omnidraft.translate.state import PairState
 
 pytestmark = pytest.mark.integration
@@ -56,7 +57,7 @@ def test_greedy_output_is_the_engines_own(engine):
         target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(), eos_ids={ttok.eos_token_id})
         out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
                                    max_new_tokens=32, chat=True)
-        assert [target.pieces.text[i] for i in out.token_ids] == own["logprobs"]["tokens"], prompt
+        assert [target.wire.pieces.text[i] for i in out.token_ids] == own["logprobs"]["tokens"], prompt
         assert out.metrics["accepted"] > 0
         print(f"{out.metrics['accepted']}/{out.metrics['proposed']} accepted, {target.evaluations} requests "
               f"for {len(out.token_ids)} tokens")
@@ -66,7 +67,7 @@ def _untempered_law(engine, ttok, target, prefix: list[int]) -> dict[int, float]
     """The engine's next-token probabilities after ``prefix`` (temperature 1), its top 20."""
     row = _complete(engine, {"prompt": ttok.decode(prefix), "max_tokens": 1, "temperature": 0, "logprobs": 20,
                              **NEUTRAL})["logprobs"]["top_logprobs"][0]
-    return {target.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
+    return {target.wire.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
 
 
 def _committed_follow(target, ttok, prefix: list[int], d: int, law: dict[int, float], draws: int = 120) -> Counter:

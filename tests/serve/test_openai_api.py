@@ -177,7 +177,7 @@ def test_a_context_no_text_expresses_ends_the_remote_generation(engine, qwen_tok
     assert target.verify([]) == Verdict(0, eq)  # committed: a fallback continues after it
     with pytest.raises(RemoteUnavailable, match="tokenises back"):
         target.verify([])
-    monkeypatch.setattr(target, "_expressible", lambda ids: True)
+    monkeypatch.setattr(target.wire, "expressible", lambda ids: True)
     with pytest.raises(BadReply, match="tokenised the prompt differently"):
         target.verify([])
 
