@@ -10,12 +10,15 @@ The reply formats, as read in the engines' sources (neither engine runs here: th
   None for i = 0, else {"<id>": {"logprob", "rank", "decoded_token"}} for token i given the tokens
   before it (the top N plus token i); ``return_tokens_as_token_ids`` names the generated token
   "token_id:<id>" in ``logprobs.tokens`` and ``logprobs.top_logprobs``. Log-probabilities are the
-  raw model's (``--logprobs-mode raw_logprobs``, the default).
+  raw model's (``--logprobs-mode raw_logprobs``, the default). A request with ``prompt_logprobs``
+  does not read vLLM's prefix cache (vllm-project/vllm#17251: it recomputes the whole prompt), so
+  there a verify's cost grows with the context.
 - SGLang (``/generate``): ``meta_info.input_token_logprobs[k]`` = [logprob or None, id, text] of
   prompt token ``logprob_start_len + k`` given the tokens before it, ``input_top_logprobs[k]`` the
   top N at that position as [logprob, id, text]; ``output_token_logprobs`` / ``output_top_logprobs``
   the same for the generated token. The alignment is checked on every reply (the ids it names
-  must be the ids sent). Output log-probabilities are the raw model's only with
+  must be the ids sent, and both lists must agree where they overlap). Only the prefix before
+  ``logprob_start_len`` (the last context token) can come from its prefix cache. Output log-probabilities are the raw model's only with
   ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (README); verification uses them at temperature 1 or for
   their order only.
 Knows these two wire formats; nothing about verification.

@@ -17,13 +17,12 @@ the reply formats read in their sources (serve/id_wires.py; neither runs here wi
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+
+from .background import Background
 
 
 def tempered_law(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -70,16 +69,11 @@ class IdEngineStub:
             self.requests += 1
             return self.sglang(await request.json())
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{port}/v1"
+        self.served = Background(app, port)
+        self.url = self.served.url
 
     def stop(self):
-        self.server.should_exit = True
-        self.thread.join(5)
+        self.served.stop()
 
     def _next(self, ids: list[int], temperature: float, top_p: float, seed: int, bias: dict | None) -> int:
         last = torch.log_softmax(self.lm.logits_after(ids[-1:])[-1].float(), -1)

@@ -17,15 +17,14 @@ the real server (tests/integration/test_openai_engine.py runs the real one):
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import torch
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from omnidraft.translate.vocab import token_bytes
+
+from .background import Background
 
 
 def engine_law(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -65,16 +64,11 @@ class LlamaCppStub:
                 return JSONResponse({"detail": "Invalid API key"}, status_code=401)
             return {"object": "list", "data": [{"id": "stub", "object": "model"}]}
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{port}/v1"
+        self.served = Background(app, port)
+        self.url = self.served.url
 
     def stop(self):
-        self.server.should_exit = True
-        self.thread.join(5)
+        self.served.stop()
 
     def _greedy(self, ids: list[int], max_tokens: int) -> tuple[list[int], str]:
         """Greedy generation on its own: up to ``max_tokens`` ids and the finish reason."""
