@@ -101,8 +101,8 @@ def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str =
     the fallback's, else the model name the server reports); ``openai+http(s)://HOST:PORT/v1`` is an
     OpenAI-compatible server (serve/openai_api.py) serving ``target_model`` (default: the one it lists)
     with a context of ``target_context`` tokens, whose tokenizer is ``tokenizer`` (default: the
-    fallback's), speaking ``target_engine``'s API (default: what the server says it is). A remote target is wrapped to continue on the local model ``fallback`` when the
-    server is unreachable."""
+    fallback's), speaking ``target_engine``'s API (default: what the server says it is). A remote
+    target is wrapped to continue on the local model ``fallback`` when the server is unreachable."""
     if not is_remote(ref):
         return local_target(ref, runtime, dtype=dtype, note=note), load_tokenizer(tokenizer or ref)
     from omnidraft.decode.target import LocalTarget
@@ -117,7 +117,8 @@ def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str =
                                  "pass --target-tokenizer (a catalog name or model dir of the served model)")
         tok = load_tokenizer(name)
         target = _openai_target(ref.removeprefix("openai+"), tok, name, token=token, sampling=sampling,
-                                verify=verify, record_topk=record_topk, model=target_model, max_length=target_context, engine=target_engine)
+                                verify=verify, record_topk=record_topk, model=target_model,
+                                max_length=target_context, engine=target_engine)
     else:
         target = RemoteTarget(ref, token, sampling, verify, record_topk)
         tok = load_tokenizer(tokenizer or fallback or target.info()["model"])

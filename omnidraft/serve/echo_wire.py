@@ -25,7 +25,7 @@ import math
 from typing import Iterator
 
 from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
-from omnidraft.serve.wire import FORCE, Row
+from omnidraft.serve.wire import FORCE, Row, stream_choices
 
 NEUTRAL = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0,
            "frequency_penalty": 0.0, "presence_penalty": 0.0}  # the engine samples the raw softmax
@@ -188,15 +188,3 @@ class EchoWire:
             body["seed"] = seed
         yield from stream_choices(self.http.events("/completions", body))
 
-
-def stream_choices(events: Iterator[dict]) -> Iterator[tuple[str, str | None]]:
-    """(text, finish reason) of each event of an OpenAI completions stream."""
-    for event in events:
-        if event.get("choices") == []:  # vLLM's closing usage event
-            continue
-        try:
-            choice = event["choices"][0]
-            piece = choice.get("text") or ""
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise BadReply("the OpenAI-API server's stream event has no choice text", "check the server") from None
-        yield piece, choice.get("finish_reason")

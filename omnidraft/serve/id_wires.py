@@ -18,9 +18,9 @@ The reply formats, as read in the engines' sources (neither engine runs here: th
   top N at that position as [logprob, id, text]; ``output_token_logprobs`` / ``output_top_logprobs``
   the same for the generated token. The alignment is checked on every reply (the ids it names
   must be the ids sent, and both lists must agree where they overlap). Only the prefix before
-  ``logprob_start_len`` (the last context token) can come from its prefix cache. Output log-probabilities are the raw model's only with
-  ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (README); verification uses them at temperature 1 or for
-  their order only.
+  ``logprob_start_len`` (the last context token) can come from its prefix cache. Output
+  log-probabilities are the raw model's only with ``SGLANG_RETURN_ORIGINAL_LOGPROB=1`` (README);
+  verification uses them at temperature 1 or for their order only.
 Knows these two wire formats; nothing about verification.
 """
 
@@ -28,9 +28,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from omnidraft.serve.echo_wire import stream_choices
 from omnidraft.serve.http import BadReply, JsonClient
-from omnidraft.serve.wire import Row, id_row
+from omnidraft.serve.wire import Row, id_row, stream_choices
 
 NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
            "frequency_penalty": 0.0, "presence_penalty": 0.0}  # both engines: the raw softmax

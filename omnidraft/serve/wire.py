@@ -4,7 +4,8 @@ Each engine carries requests its own way: llama-cpp-python's text prompts with e
 log-probabilities (serve/echo_wire.py); vLLM's token-id prompts with ``prompt_logprobs`` and
 SGLang's native ``/generate`` with ``return_logprob`` (serve/id_wires.py).
 
-Knows the shape of what replies say; nothing about verification, drafters or HTTP.
+Knows the shape of what replies say (and the OpenAI completions stream all three engines send);
+nothing about verification, drafters or HTTP.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
+
+from omnidraft.serve.http import BadReply
 
 ENGINES = ("llama-cpp-python", "vllm", "sglang")  # the Wires there are
 TOP_N = 20  # log-probabilities asked per position (vLLM's default --max-logprobs)
@@ -47,6 +50,19 @@ def id_row(logprobs: dict[int, float], top_n: int) -> Row:
     ranked = sorted(probs.values(), reverse=True)
     return Row(known=probs, top_min=ranked[min(top_n, len(ranked)) - 1] if ranked else 1.0)
 
+
+def stream_choices(events: Iterator[dict]) -> Iterator[tuple[str, str | None]]:
+    """(text, finish reason) of each event of an OpenAI completions stream (every engine here
+    streams its generation alone that way)."""
+    for event in events:
+        if event.get("choices") == []:  # vLLM's closing usage event
+            continue
+        try:
+            choice = event["choices"][0]
+            piece = choice.get("text") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise BadReply("the OpenAI-API server's stream event has no choice text", "check the server") from None
+        yield piece, choice.get("finish_reason")
 
 class Wire(Protocol):
     """One engine's requests. ``ids`` are always the whole sequence (context + proposal); the
