@@ -27,6 +27,7 @@ from omnidraft.errors import OmniDraftError
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
+from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
 ROLES = ("drafter", "target")
@@ -154,9 +155,11 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
         partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
         # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
-        # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does
-        edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
-                                           compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does;
+        # XNNPACK's passes that cannot change a partition are skipped too (xnnpack_passes.py)
+        with applicable_passes():
+            edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
+                                               compile_config=EdgeCompileConfig(_check_ir_validity=False))
         by_name = set()  # placeholders read outside the delegate, in any method
         for name in methods:
             sig = edge.exported_program(name).graph_signature
