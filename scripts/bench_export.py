@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,8 +36,6 @@ sys.exit(main(sys.argv[1:]))
 
 def export_once(model: str, role: str, setting: str, out: Path) -> dict:
     """One export in a child process: its own reported seconds, the wall time, the program's sha256."""
-    import time
-
     argv = [sys.executable, "-c", CHILD, setting, "export", f"--{role}", model, "--quant", "8da8w",
             "--max-seq", "1024", "--out", str(out)]
     t0 = time.perf_counter()
