@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--min-match", default="3,5,8", help="shortest suffix looked up, comma-separated settings")
     ap.add_argument("--out", default=str(HERE.parent / "bench" / "results"))
     args = ap.parse_args()
+    if not Path(args.verlog).is_file():
+        sys.exit(f"bench_retrieval: no verification log at {args.verlog} (a usage run's <home>/verlog.sqlite)")
     rows = sqlite3.connect(args.verlog).execute("SELECT data FROM records ORDER BY id").fetchall()
     records = [Record.from_bytes(r[0]) for r in rows]
     if len(records) <= args.held:
