@@ -22,30 +22,32 @@ sys.path.insert(0, str(HERE))
 MAX_MATCH = 8
 
 
-def index(seqs: list[list[int]], min_match: int) -> dict[tuple, tuple[list[int], int]]:
-    """n-gram (min_match..MAX_MATCH tokens) -> (sequence, position after it), the latest occurrence."""
-    out = {}
-    for s in seqs:
-        for n in range(min_match, MAX_MATCH + 1):
-            for j in range(n, len(s)):
-                out[tuple(s[j - n:j])] = (s, j)
-    return out
+def add(out: dict, s: list[int], ends: range, min_match: int) -> None:
+    """Index the n-grams (min_match..MAX_MATCH tokens) of ``s`` ending before each position in
+    ``ends``: n-gram -> (s, the position after it); a later occurrence replaces an earlier one."""
+    for j in ends:
+        for n in range(min_match, min(MAX_MATCH, j) + 1):
+            out[tuple(s[j - n:j])] = (s, j)
 
 
 def replay(ids: list[int], start: int, store: dict, k: int, min_match: int) -> dict:
-    """Rounds of the suffix-match proposer over ids[start:]: counts per source."""
+    """Rounds of the suffix-match proposer over ids[start:]: counts per source. The record's own
+    n-grams are indexed as the context grows; a continuation found there stops at the context."""
     c = {"rounds": 0, "tokens": 0, "store_rounds": 0, "store_accepted": 0, "own_rounds": 0, "own_accepted": 0}
-    i = start
+    own: dict = {}
+    i = indexed = start
+    add(own, ids, range(1, start), min_match)
     while i < len(ids):
-        ctx = ids[:i]
-        own = index([ctx], min_match)
+        add(own, ids, range(max(indexed, 1), i), min_match)
+        indexed = i
         found = None
-        for n in range(MAX_MATCH, min_match - 1, -1):
-            key = tuple(ctx[-n:])
+        for n in range(min(MAX_MATCH, i), min_match - 1, -1):
+            key = tuple(ids[i - n:i])
             for where, idx in (("own", own), ("store", store)):
                 hit = idx.get(key)
-                if hit and hit[1] < len(hit[0]):
-                    found = where, hit[0][hit[1]:hit[1] + k]
+                if hit:
+                    seq, j = hit
+                    found = where, seq[j:min(j + k, i) if where == "own" else j + k]
                     break
             if found:
                 break
@@ -84,7 +86,10 @@ def main() -> None:
     earlier, held = records[:-args.held], records[-args.held:]
     results = []
     for m in (int(x) for x in args.min_match.split(",")):
-        store = index([r.draft_ids.tolist() for r in earlier], m)
+        store: dict = {}
+        for r in earlier:
+            seq = r.draft_ids.tolist()
+            add(store, seq, range(1, len(seq)), m)
         total: dict = {}
         for r in held:
             for key, v in replay(r.draft_ids.tolist(), r.gen_start, store, args.k, m).items():

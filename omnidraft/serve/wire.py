@@ -64,6 +64,7 @@ def stream_choices(events: Iterator[dict]) -> Iterator[tuple[str, str | None]]:
             raise BadReply("the OpenAI-API server's stream event has no choice text", "check the server") from None
         yield piece, choice.get("finish_reason")
 
+
 class Wire(Protocol):
     """One engine's requests. ``ids`` are always the whole sequence (context + proposal); the
     engine's prefix cache makes resending it cheap. Every method raises BadReply when a reply
