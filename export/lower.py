@@ -27,6 +27,7 @@ from omnidraft.errors import OmniDraftError
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
+from .quant_fakes import shape_only_quant_ops
 from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
@@ -148,31 +149,33 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     if cfg.delegate_adapter:
         _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
     try:
-        methods = {"forward": _export_method(program, cfg, None, log)}
-        window = decode_window(cfg)
-        if program.batch_invariant and window:  # one-token decoding reading only the first `window` slots
-            methods["decode"] = _export_method(program, cfg, window, log)
-        log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
-        partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
-        # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
-        # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does;
-        # XNNPACK's passes that cannot change a partition are skipped too (xnnpack_passes.py)
-        with applicable_passes():
-            edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
-                                               compile_config=EdgeCompileConfig(_check_ir_validity=False))
-        by_name = set()  # placeholders read outside the delegate, in any method
-        for name in methods:
-            sig = edge.exported_program(name).graph_signature
-            fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
-            by_name |= {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}
-        # a target's attention reads every cache slot (masked): its caches start as zeros, not as
-        # whatever the arena held; its cache writes (index_put) run in place, not on a copy; its
-        # methods read and write one set of caches
-        init = [InitializedMutableBufferPass(["kv_k_", "kv_v_"])] if program.batch_invariant else []
-        et = edge.to_executorch(ExecutorchBackendConfig(
-            external_constants=lambda node: "base" if node.name in by_name else None,
-            passes=init, run_reinplace_pass=True,
-            memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=len(methods) > 1)))
+        # fake-tensor propagation through torchao's quantisation ops is a lookup (quant_fakes.py)
+        with shape_only_quant_ops():
+            methods = {"forward": _export_method(program, cfg, None, log)}
+            window = decode_window(cfg)
+            if program.batch_invariant and window:  # one-token decoding reading only the first `window` slots
+                methods["decode"] = _export_method(program, cfg, window, log)
+            log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
+            partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
+            # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
+            # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does;
+            # XNNPACK's passes that cannot change a partition are skipped too (xnnpack_passes.py)
+            with applicable_passes():
+                edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
+                                                   compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            by_name = set()  # placeholders read outside the delegate, in any method
+            for name in methods:
+                sig = edge.exported_program(name).graph_signature
+                fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
+                by_name |= {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}
+            # a target's attention reads every cache slot (masked): its caches start as zeros, not as
+            # whatever the arena held; its cache writes (index_put) run in place, not on a copy; its
+            # methods read and write one set of caches
+            init = [InitializedMutableBufferPass(["kv_k_", "kv_v_"])] if program.batch_invariant else []
+            et = edge.to_executorch(ExecutorchBackendConfig(
+                external_constants=lambda node: "base" if node.name in by_name else None,
+                passes=init, run_reinplace_pass=True,
+                memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=len(methods) > 1)))
         tmp = out_dir / "program.pte.tmp"
         tmp.write_bytes(et.buffer)
         et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
