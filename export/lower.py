@@ -27,6 +27,7 @@ from omnidraft.errors import OmniDraftError
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
+from .provenance import shared_provenance
 from .quant_fakes import shape_only_quant_ops
 from .xnnpack_passes import applicable_passes
 
@@ -149,8 +150,9 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     if cfg.delegate_adapter:
         _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
     try:
-        # fake-tensor propagation through torchao's quantisation ops is a lookup (quant_fakes.py)
-        with shape_only_quant_ops():
+        # fake-tensor propagation through torchao's quantisation ops is a lookup (quant_fakes.py);
+        # nodes' provenance records are shared, not deep-copied, by each pass (provenance.py)
+        with shape_only_quant_ops(), shared_provenance():
             methods = {"forward": _export_method(program, cfg, None, log)}
             window = decode_window(cfg)
             if program.batch_invariant and window:  # one-token decoding reading only the first `window` slots

@@ -1,10 +1,12 @@
-"""Export time per model (#18): `omnidraft export` of the shipped drafter and target programs, each
-with every XNNPACK delegate pass (ExecuTorch's own list) and with only the passes that can change a
-partition (export/xnnpack_passes.py, the default). Each export runs alone in a child process; the
-two settings alternate per model, and each program's sha256 is recorded (skipping passes must not
-change a byte).
+"""Export time per model (#18): `omnidraft export` of the shipped drafter and target programs with
+and without the lowering's shortcuts: only the XNNPACK passes that can change a partition
+(export/xnnpack_passes.py), fake propagation through torchao's quantisation ops as a lookup
+(export/quant_fakes.py) and provenance records shared between passes (export/provenance.py).
+Settings: "none" (ExecuTorch's and torch's own paths), "passes" (the first shortcut alone),
+"shipped" (all three). Each export runs alone in a child process; the settings
+alternate per model, and each program's sha256 is recorded (no shortcut may change a byte).
 
-  python scripts/bench_export.py --models smollm2-135m,qwen2.5-coder-0.5b
+  python scripts/bench_export.py --models smollm2-135m,qwen2.5-coder-0.5b --settings passes,shipped
 Writes bench/results/export-time-<stamp>.{json,md}.
 """
 
@@ -22,13 +24,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-SETTINGS = ("every pass", "applicable passes")
-# the child: `omnidraft export`, with ExecuTorch's full pass list when asked
+# setting -> the shortcuts of export/lower.py it turns off
+LATER = ["shape_only_quant_ops", "shared_provenance"]
+SETTINGS = {"none": ["applicable_passes", *LATER], "passes": LATER, "shipped": []}
+# the child: `omnidraft export`, with the shortcuts named in its first argument turned off
 CHILD = """
 import contextlib, sys
 import omnidraft.export.lower as lower
-if sys.argv.pop(1) == "every pass":
-    lower.applicable_passes = contextlib.nullcontext
+for name in filter(None, sys.argv.pop(1).split(",")):
+    setattr(lower, name, contextlib.nullcontext)
 from omnidraft.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -36,8 +40,8 @@ sys.exit(main(sys.argv[1:]))
 
 def export_once(model: str, role: str, setting: str, out: Path) -> dict:
     """One export in a child process: its own reported seconds, the wall time, the program's sha256."""
-    argv = [sys.executable, "-c", CHILD, setting, "export", f"--{role}", model, "--quant", "8da8w",
-            "--max-seq", "1024", "--out", str(out)]
+    argv = [sys.executable, "-c", CHILD, ",".join(SETTINGS[setting]), "export", f"--{role}", model,
+            "--quant", "8da8w", "--max-seq", "1024", "--out", str(out)]
     t0 = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -54,36 +58,42 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-0.5b",
                     help="comma-separated; the first is exported as a drafter, the rest as targets")
+    ap.add_argument("--settings", default="passes,shipped",
+                    help=f"comma-separated, of {', '.join(SETTINGS)}")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", default=str(HERE.parent / "bench" / "results"))
     args = ap.parse_args()
-    models = args.models.split(",")
+    models, settings = args.models.split(","), args.settings.split(",")
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        ap.error(f"unknown setting {unknown[0]!r} (use {', '.join(SETTINGS)})")
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
         for r in range(args.rounds):
             for i, model in enumerate(models):
                 role = "drafter" if i == 0 else "target"
-                order = SETTINGS if r % 2 == 0 else SETTINGS[::-1]
-                for setting in order:
-                    run = export_once(model, role, setting, Path(tmp) / f"{model}-{r}-{setting[0]}")
+                for setting in settings if r % 2 == 0 else settings[::-1]:
+                    run = export_once(model, role, setting, Path(tmp) / f"{model}-{r}-{setting}")
                     print(json.dumps(run), flush=True)
                     runs.append(run)
     cpu = cpu_info()
     report = stamp_report(cpu=cpu, runs=runs)
     rows = []
     for model in models:
-        mine = {s: [x for x in runs if x["model"] == model and x["setting"] == s] for s in SETTINGS}
-        before, after = (min(x["export_s"] for x in mine[s]) for s in SETTINGS)
-        same = len({x["sha256"] for x in mine[SETTINGS[0]] + mine[SETTINGS[1]]}) == 1
-        rows.append([model, mine[SETTINGS[0]][0]["role"], before, after, f"{after / before:.2f}x",
-                     "yes" if same else "NO"])
+        mine = [x for x in runs if x["model"] == model]
+        best = [min(x["export_s"] for x in mine if x["setting"] == s) for s in settings]
+        same = len({x["sha256"] for x in mine}) == 1
+        rows.append([model, mine[0]["role"], *best, f"{best[-1] / best[0]:.2f}x", "yes" if same else "NO"])
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}. Seconds of "
           "`omnidraft export` (torch.export + lowering + writing; program.json's export_seconds; the best "
           f"of {args.rounds} round(s)), 8da8w, max_seq 1024, each export alone in its own process.", "",
-          *table(["model", "role", "every XNNPACK pass (s)", "applicable passes (s)", "ratio",
+          "Settings (the lowering's shortcuts on): none; passes = only the XNNPACK passes that can change "
+          "a partition; shipped = that, torchao's quantisation ops propagated as a lookup and provenance "
+          "records shared between passes.", "",
+          *table(["model", "role", *[f"{s} (s)" for s in settings], f"{settings[-1]} / {settings[0]}",
                   "same program bytes"], rows),
           "", f"`{report['command']}`"]
-    save(args.out, "export-time", "Export time with and without the XNNPACK passes that cannot apply", report, md)
+    save(args.out, "export-time", "Export time with and without the lowering's shortcuts", report, md)
 
 
 if __name__ == "__main__":
