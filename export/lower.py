@@ -14,11 +14,12 @@ Knows torch.export, torchao and the ExecuTorch lowering APIs; nothing about pair
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -29,6 +30,7 @@ from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
 from .provenance import shared_provenance
 from .quant_fakes import shape_only_quant_ops
+from .two_cores import preprocess_on_two_cores
 from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
@@ -150,9 +152,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     if cfg.delegate_adapter:
         _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
     try:
-        # fake-tensor propagation through torchao's quantisation ops is a lookup (quant_fakes.py);
-        # nodes' provenance records are shared, not deep-copied, by each pass (provenance.py)
-        with shape_only_quant_ops(), shared_provenance():
+        with _shortcuts():
             methods = {"forward": _export_method(program, cfg, None, log)}
             window = decode_window(cfg)
             if program.batch_invariant and window:  # one-token decoding reading only the first `window` slots
@@ -160,11 +160,9 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
             log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
             partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
             # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
-            # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does;
-            # XNNPACK's passes that cannot change a partition are skipped too (xnnpack_passes.py)
-            with applicable_passes():
-                edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
-                                                   compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does
+            edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
+                                               compile_config=EdgeCompileConfig(_check_ir_validity=False))
             by_name = set()  # placeholders read outside the delegate, in any method
             for name in methods:
                 sig = edge.exported_program(name).graph_signature
@@ -213,6 +211,17 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     log(f"export: wrote {out_dir / 'program.pte'} ({len(et.buffer) / 2**20:.1f} MiB) and base.ptd "
         f"({len(adapter)} adapter tensors, {n_del} read inside XNNPACK) in {info.export_seconds:.0f} s")
     return info
+
+
+@contextlib.contextmanager
+def _shortcuts() -> Iterator[None]:
+    """The lowering with less work, the program unchanged (each module's test compares bytes):
+    fake propagation through torchao's quantisation ops is a lookup (quant_fakes.py), nodes'
+    provenance records are shared, not deep-copied, by each pass (provenance.py), XNNPACK runs
+    on a partition only the passes that can change it (xnnpack_passes.py) and preprocesses its
+    partitions on two cores (two_cores.py)."""
+    with shape_only_quant_ops(), shared_provenance(), applicable_passes(), preprocess_on_two_cores():
+        yield
 
 
 def decode_window(cfg: ExportConfig) -> int:

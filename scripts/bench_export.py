@@ -1,9 +1,9 @@
 """Export time per model (#18): `omnidraft export` of the shipped drafter and target programs with
 and without the lowering's shortcuts: only the XNNPACK passes that can change a partition
 (export/xnnpack_passes.py), fake propagation through torchao's quantisation ops as a lookup
-(export/quant_fakes.py) and provenance records shared between passes (export/provenance.py).
-Settings: "none" (ExecuTorch's and torch's own paths), "passes" (the first shortcut alone),
-"shipped" (all three). Each export runs alone in a child process; the settings
+(export/quant_fakes.py), provenance records shared between passes (export/provenance.py) and
+XNNPACK's partitions preprocessed on two cores (export/two_cores.py). Settings: "none"
+(ExecuTorch's and torch's own paths), "passes" (the first shortcut alone), "shipped" (all four). Each export runs alone in a child process; the settings
 alternate per model, and each program's sha256 is recorded (no shortcut may change a byte).
 
   python scripts/bench_export.py --models smollm2-135m,qwen2.5-coder-0.5b --settings passes,shipped
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 # setting -> the shortcuts of export/lower.py it turns off
-LATER = ["shape_only_quant_ops", "shared_provenance"]
+LATER = ["shape_only_quant_ops", "shared_provenance", "preprocess_on_two_cores"]
 SETTINGS = {"none": ["applicable_passes", *LATER], "passes": LATER, "shipped": []}
 # the child: `omnidraft export`, with the shortcuts named in its first argument turned off
 CHILD = """
@@ -88,8 +88,8 @@ def main() -> None:
           "`omnidraft export` (torch.export + lowering + writing; program.json's export_seconds; the best "
           f"of {args.rounds} round(s)), 8da8w, max_seq 1024, each export alone in its own process.", "",
           "Settings (the lowering's shortcuts on): none; passes = only the XNNPACK passes that can change "
-          "a partition; shipped = that, torchao's quantisation ops propagated as a lookup and provenance "
-          "records shared between passes.", "",
+          "a partition; shipped = that, torchao's quantisation ops propagated as a lookup, provenance "
+          "records shared between passes and the partitions preprocessed on two cores.", "",
           *table(["model", "role", *[f"{s} (s)" for s in settings], f"{settings[-1]} / {settings[0]}",
                   "same program bytes"], rows),
           "", f"`{report['command']}`"]
