@@ -2,15 +2,14 @@
 copy inside the block is the record itself, outside it a copy again, and a program exported with
 it has the same bytes as one exported without it."""
 
-import contextlib
 import copy
 
 import torch
 from torch.fx.traceback import NodeSource
 
-from ..conftest import tiny, vocab_len
-
 from omnidraft.export.provenance import shared_provenance
+
+from .same_bytes import programs_with_and_without
 
 
 def test_a_record_is_shared_inside_the_block_and_copied_outside():
@@ -23,12 +22,6 @@ def test_a_record_is_shared_inside_the_block_and_copied_outside():
 
 
 def test_the_program_is_byte_identical_with_and_without_it(qwen_tok, tmp_path, monkeypatch):
-    import omnidraft.export.lower as lower
-
-    base = tiny("qwen2", vocab_len(qwen_tok), seed=5)
-    cfg = lower.ExportConfig(drafter="tiny", quant="8da8w", max_seq=128, lora_rank=4, head_width=16,
-                             role="target", decode_window=64)
-    lower.export_target(copy.deepcopy(base), tmp_path / "shared", cfg, log=lambda s: None)
-    monkeypatch.setattr(lower, "shared_provenance", contextlib.nullcontext)
-    lower.export_target(copy.deepcopy(base), tmp_path / "copied", cfg, log=lambda s: None)
-    assert (tmp_path / "shared" / "program.pte").read_bytes() == (tmp_path / "copied" / "program.pte").read_bytes()
+    with_it, without = programs_with_and_without("shared_provenance", "target", qwen_tok, tmp_path,
+                                                 monkeypatch, 5)
+    assert with_it == without

@@ -3,13 +3,10 @@ propagating call is answered from the first call's output layout, a recording or
 torchao's implementation, torchao's kernels come back after the block, and a program exported
 with it has the same bytes as one exported without it."""
 
-import contextlib
-import copy
-
 import pytest
 import torch
 
-from ..conftest import tiny, vocab_len
+from .same_bytes import programs_with_and_without
 
 pytest.importorskip("torchao")
 
@@ -68,13 +65,6 @@ def test_real_tensors_are_quantised_by_torchao_and_its_kernels_return_after_the_
 
 @pytest.mark.parametrize("role", ["drafter", "target"])
 def test_the_program_is_byte_identical_with_and_without_it(role, qwen_tok, tmp_path, monkeypatch):
-    import omnidraft.export.lower as lower
-
-    base = tiny("qwen2", vocab_len(qwen_tok), seed=4)
-    cfg = lower.ExportConfig(drafter="tiny", quant="8da8w", max_seq=128, lora_rank=4, head_width=16,
-                             role=role, decode_window=64)
-    export = lower.export_drafter if role == "drafter" else lower.export_target
-    export(copy.deepcopy(base), tmp_path / "lookup", cfg, log=lambda s: None)
-    monkeypatch.setattr(lower, "shape_only_quant_ops", contextlib.nullcontext)
-    export(copy.deepcopy(base), tmp_path / "torchao", cfg, log=lambda s: None)
-    assert (tmp_path / "lookup" / "program.pte").read_bytes() == (tmp_path / "torchao" / "program.pte").read_bytes()
+    with_it, without = programs_with_and_without("shape_only_quant_ops", role, qwen_tok, tmp_path,
+                                                 monkeypatch, 4)
+    assert with_it == without

@@ -3,13 +3,11 @@ result comes back in its method's order, half of them from a forked child; a chi
 leaves its partitions to the parent; a program lowered so has the same bytes as one lowered in
 one process."""
 
-import contextlib
-import copy
 import os
 
-from ..conftest import tiny, vocab_len
-
 from omnidraft.export.two_cores import _split
+
+from .same_bytes import programs_with_and_without
 
 PROGRAMS = {"forward": ["f0", "f1", "f2"], "decode": ["d0", "d1"]}
 SPECS = {"forward": ["a", "b", "c"], "decode": ["d", "e"]}
@@ -40,16 +38,11 @@ def test_every_partition_comes_back_in_order_half_from_a_child(monkeypatch):
 def test_a_failed_child_leaves_its_partitions_to_the_parent(monkeypatch):
     monkeypatch.setattr(Backend, "fail_in_child", True)
     got = _split(Backend, PROGRAMS, SPECS)
-    assert [p for p, _, pid in got["forward"] + got["decode"] if pid == PARENT] == ["f0", "f1", "f2", "d0", "d1"]
+    in_parent = [p for p, _, pid in got["forward"] + got["decode"] if pid == PARENT]
+    assert in_parent == ["f0", "f1", "f2", "d0", "d1"]
 
 
 def test_the_program_is_byte_identical_with_and_without_it(qwen_tok, tmp_path, monkeypatch):
-    import omnidraft.export.lower as lower
-
-    base = tiny("qwen2", vocab_len(qwen_tok), seed=6)
-    cfg = lower.ExportConfig(drafter="tiny", quant="8da8w", max_seq=128, lora_rank=4, head_width=16,
-                             role="target", decode_window=64)
-    lower.export_target(copy.deepcopy(base), tmp_path / "two", cfg, log=lambda s: None)
-    monkeypatch.setattr(lower, "preprocess_on_two_cores", contextlib.nullcontext)
-    lower.export_target(copy.deepcopy(base), tmp_path / "one", cfg, log=lambda s: None)
-    assert (tmp_path / "two" / "program.pte").read_bytes() == (tmp_path / "one" / "program.pte").read_bytes()
+    with_it, without = programs_with_and_without("preprocess_on_two_cores", "target", qwen_tok, tmp_path,
+                                                 monkeypatch, 6)
+    assert with_it == without
