@@ -30,7 +30,7 @@ from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
 from .provenance import shared_provenance
 from .quant_fakes import shape_only_quant_ops
-from .two_cores import preprocess_on_two_cores
+from .two_methods import lower_methods
 from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
@@ -141,7 +141,8 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
           log: Callable[[str], None] = print) -> ProgramInfo:
     """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir import (EdgeCompileConfig, EdgeProgramManager, ExecutorchBackendConfig,
+                                 to_edge_transform_and_lower)
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
@@ -152,19 +153,23 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     if cfg.delegate_adapter:
         _make_distinct(adapter)  # content keys must tell the tensors apart (B = 0 everywhere otherwise)
     try:
-        with _shortcuts():
-            methods = {"forward": _export_method(program, cfg, None, log)}
-            window = decode_window(cfg)
-            if program.batch_invariant and window:  # one-token decoding reading only the first `window` slots
-                methods["decode"] = _export_method(program, cfg, window, log)
-            log(f"export: lowering to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
+        window = decode_window(cfg)
+        names = ["forward", "decode"] if program.batch_invariant and window else ["forward"]
+        # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
+        # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does
+        config = EdgeCompileConfig(_check_ir_validity=False)
+
+        def lower_some(some: list[str]) -> dict:
+            methods = {n: _export_method(program, cfg, window if n == "decode" else None, log) for n in some}
+            log(f"export: lowering {', '.join(some)} to XNNPACK ({time.perf_counter() - t0:.0f} s so far)")
             partitioner = XnnpackPartitioner() if cfg.delegate_adapter else _adapter_free_partitioner()
-            # the edge-dialect validity check re-walks every node after each pass: 12% of the lowering
-            # on a 6-layer slice of the 0.5B target, skipped as ExecuTorch's own LLM export does
-            edge = to_edge_transform_and_lower(methods, partitioner=[partitioner],
-                                               compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            edge = to_edge_transform_and_lower(methods, partitioner=[partitioner], compile_config=config)
+            return {n: edge.exported_program(n) for n in some}
+
+        with _shortcuts():
+            edge = EdgeProgramManager(lower_methods(names, lower_some), compile_config=config)
             by_name = set()  # placeholders read outside the delegate, in any method
-            for name in methods:
+            for name in names:
                 sig = edge.exported_program(name).graph_signature
                 fqns = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
                 by_name |= {ph for ph, fqn in fqns.items() if is_adapter_param(fqn)}
@@ -175,7 +180,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
             et = edge.to_executorch(ExecutorchBackendConfig(
                 external_constants=lambda node: "base" if node.name in by_name else None,
                 passes=init, run_reinplace_pass=True,
-                memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=len(methods) > 1)))
+                memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=len(names) > 1)))
         tmp = out_dir / "program.pte.tmp"
         tmp.write_bytes(et.buffer)
         et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
@@ -203,7 +208,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         vocab_size=int(program.lm.config.vocab_size), hidden_size=int(program.lm.config.hidden_size),
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
-        ptd_keys=ptd_keys, decode_window=window if "decode" in methods else 0,
+        ptd_keys=ptd_keys, decode_window=window if "decode" in names else 0,
         export_seconds=round(time.perf_counter() - t0, 1),
         pte_bytes=len(et.buffer), versions=_versions(), eos_ids=_eos_ids(program.lm))
     info.save(out_dir / "program.json")
@@ -217,10 +222,10 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
 def _shortcuts() -> Iterator[None]:
     """The lowering with less work, the program unchanged (each module's test compares bytes):
     fake propagation through torchao's quantisation ops is a lookup (quant_fakes.py), nodes'
-    provenance records are shared, not deep-copied, by each pass (provenance.py), XNNPACK runs
-    on a partition only the passes that can change it (xnnpack_passes.py) and preprocesses its
-    partitions on two cores (two_cores.py)."""
-    with shape_only_quant_ops(), shared_provenance(), applicable_passes(), preprocess_on_two_cores():
+    provenance records are shared, not deep-copied, by each pass (provenance.py) and XNNPACK runs
+    on a partition only the passes that can change it (xnnpack_passes.py). The methods are then
+    lowered on both cores (lower_methods: two_methods.py, or two_cores.py for one method)."""
+    with shape_only_quant_ops(), shared_provenance(), applicable_passes():
         yield
 
 

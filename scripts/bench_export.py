@@ -1,12 +1,14 @@
 """Export time per model (#18): `omnidraft export` of the shipped drafter and target programs with
 and without the lowering's shortcuts: only the XNNPACK passes that can change a partition
 (export/xnnpack_passes.py), fake propagation through torchao's quantisation ops as a lookup
-(export/quant_fakes.py), provenance records shared between passes (export/provenance.py) and
-XNNPACK's partitions preprocessed on two cores (export/two_cores.py). Settings: "none"
-(ExecuTorch's and torch's own paths), "passes" (the first shortcut alone), "shipped" (all four). Each export runs alone in a child process; the settings
-alternate per model, and each program's sha256 is recorded (no shortcut may change a byte).
+(export/quant_fakes.py), provenance records shared between passes (export/provenance.py),
+XNNPACK's partitions preprocessed on two cores (export/two_cores.py) and a target's two methods
+lowered side by side (export/two_methods.py). Settings: "none" (ExecuTorch's and torch's own
+paths), "passes" (the first shortcut alone), "one-process" (all but the last), "shipped" (all
+five). Each export runs alone in a child process; the settings alternate per model, and each
+program's sha256 is recorded (no shortcut may change a byte).
 
-  python scripts/bench_export.py --models smollm2-135m,qwen2.5-coder-0.5b --settings passes,shipped
+  python scripts/bench_export.py --models smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b --settings one-process,shipped
 Writes bench/results/export-time-<stamp>.{json,md}.
 """
 
@@ -24,15 +26,25 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-# setting -> the shortcuts of export/lower.py it turns off
-LATER = ["shape_only_quant_ops", "shared_provenance", "preprocess_on_two_cores"]
-SETTINGS = {"none": ["applicable_passes", *LATER], "passes": LATER, "shipped": []}
-# the child: `omnidraft export`, with the shortcuts named in its first argument turned off
+# setting -> the shortcuts it turns off
+LATER = ["shape_only_quant_ops", "shared_provenance", "preprocess_on_two_cores", "lower_methods"]
+SETTINGS = {"none": ["applicable_passes", *LATER], "passes": LATER, "one-process": ["lower_methods"],
+            "shipped": []}
+# the child: `omnidraft export`, with the shortcuts named in its first argument turned off (the
+# methods then lowered one after the other in this process)
 CHILD = """
 import contextlib, sys
-import omnidraft.export.lower as lower
+import omnidraft.export.lower as lower, omnidraft.export.two_methods as two_methods
+def one_process(names, lower_some):
+    with two_methods.preprocess_on_two_cores():
+        return lower_some(names)
 for name in filter(None, sys.argv.pop(1).split(",")):
-    setattr(lower, name, contextlib.nullcontext)
+    if name == "lower_methods":
+        lower.lower_methods = one_process
+    elif name == "preprocess_on_two_cores":
+        two_methods.preprocess_on_two_cores = contextlib.nullcontext
+    else:
+        setattr(lower, name, contextlib.nullcontext)
 from omnidraft.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -58,7 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-0.5b",
                     help="comma-separated; the first is exported as a drafter, the rest as targets")
-    ap.add_argument("--settings", default="passes,shipped",
+    ap.add_argument("--settings", default="one-process,shipped",
                     help=f"comma-separated, of {', '.join(SETTINGS)}")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", default=str(HERE.parent / "bench" / "results"))
@@ -88,8 +100,9 @@ def main() -> None:
           "`omnidraft export` (torch.export + lowering + writing; program.json's export_seconds; the best "
           f"of {args.rounds} round(s)), 8da8w, max_seq 1024, each export alone in its own process.", "",
           "Settings (the lowering's shortcuts on): none; passes = only the XNNPACK passes that can change "
-          "a partition; shipped = that, torchao's quantisation ops propagated as a lookup, provenance "
-          "records shared between passes and the partitions preprocessed on two cores.", "",
+          "a partition; one-process = that, torchao's quantisation ops propagated as a lookup, provenance "
+          "records shared between passes and the partitions preprocessed on two cores; shipped = that, and "
+          "a target's two methods lowered side by side (the second in a forked child).", "",
           *table(["model", "role", *[f"{s} (s)" for s in settings], f"{settings[-1]} / {settings[0]}",
                   "same program bytes"], rows),
           "", f"`{report['command']}`"]

@@ -43,6 +43,10 @@ def test_a_failed_child_leaves_its_partitions_to_the_parent(monkeypatch):
 
 
 def test_the_program_is_byte_identical_with_and_without_it(qwen_tok, tmp_path, monkeypatch):
-    with_it, without = programs_with_and_without("preprocess_on_two_cores", "target", qwen_tok, tmp_path,
-                                                 monkeypatch, 6)
+    import omnidraft.export.two_methods as two_methods
+
+    # a drafter: one method, its partitions preprocessed on two cores (a target's two methods are
+    # lowered side by side instead, export/two_methods.py)
+    with_it, without = programs_with_and_without("preprocess_on_two_cores", "drafter", qwen_tok, tmp_path,
+                                                 monkeypatch, 6, module=two_methods)
     assert with_it == without

@@ -1,0 +1,59 @@
+"""A target's two methods are lowered side by side (export/two_methods.py): the second in a
+forked child whose lowered program comes back through ExecuTorch's serialisation, its weights
+filled from this process's own method. The program has the same bytes as one lowered in one
+process; a child that fails, or weights this process cannot supply, leave the method to this
+process (still the same bytes)."""
+
+import os
+import types
+
+import torch
+
+import omnidraft.export.two_methods as two_methods
+
+from .same_bytes import programs_with_and_without
+
+
+def one_process(names, lower):
+    return lower(names)
+
+
+def spy_load(monkeypatch, donor=None) -> list:
+    """What each _load returned, reading with ``donor`` instead of this process's method if given."""
+    real, got = two_methods._load, []
+
+    def load(path, mine):
+        got.append(real(path, donor or mine))
+        return got[-1]
+
+    monkeypatch.setattr(two_methods, "_load", load)
+    return got
+
+
+def test_the_program_is_byte_identical_with_and_without_it(qwen_tok, tmp_path, monkeypatch):
+    loaded = spy_load(monkeypatch)
+    with_it, without = programs_with_and_without("lower_methods", "target", qwen_tok, tmp_path, monkeypatch,
+                                                 7, without=one_process)
+    assert len(loaded) == 1 and loaded[0] is not None  # the child lowered "decode"
+    assert with_it == without
+
+
+def test_weights_this_process_lacks_leave_the_method_to_it(qwen_tok, tmp_path, monkeypatch):
+    nothing = types.SimpleNamespace(graph_module=torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()))
+    loaded = spy_load(monkeypatch, donor=nothing)
+    with_it, without = programs_with_and_without("lower_methods", "target", qwen_tok, tmp_path, monkeypatch,
+                                                 7, without=one_process)
+    assert loaded == [None]
+    assert with_it == without
+
+
+def test_a_failing_child_leaves_its_method_to_this_process():
+    parent = os.getpid()
+
+    def lower(names):
+        if os.getpid() != parent:
+            raise RuntimeError("the child fails")
+        return {n: (n, os.getpid()) for n in names}
+
+    got = two_methods.lower_methods(["forward", "decode"], lower)
+    assert list(got.items()) == [("forward", ("forward", parent)), ("decode", ("decode", parent))]
