@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -40,10 +41,11 @@ def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lo
     mine, theirs = names
     with tempfile.TemporaryDirectory(prefix="omnidraft-export-") as tmp:
         path = Path(tmp) / f"{theirs}.pt2"
-        pid = os.fork()
+        parent, pid = os.getpid(), os.fork()
         if pid == 0:  # the child: never returns into the caller's stack
             status = 1
             try:
+                _die_with(parent)
                 import torch
 
                 torch.set_num_threads(1)  # the parent's OpenMP team is not forked: its first use would hang
@@ -53,13 +55,29 @@ def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lo
                 os._exit(status)
         try:
             done = lower([mine])
-        finally:  # the child ends after its method: always collected, even when ours failed
+        except BaseException:  # ours failed or was interrupted: the child's method is not wanted
+            os.kill(pid, signal.SIGKILL)
+            raise
+        finally:  # always collected
             _, status = os.waitpid(pid, 0)
         got = _load(path, done[mine]) if status == 0 and path.exists() else None
     if got is None:  # what the child could not do, or what this process cannot complete
         with preprocess_on_two_cores():
             got = lower([theirs])[theirs]
     return {mine: done[mine], theirs: got}
+
+
+def _die_with(parent: int) -> None:
+    """In the child: end when the parent ends, however it ends (Linux; elsewhere a child
+    outlives a killed parent by the time its method takes)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
 
 
 def _delegates(ep) -> list:
