@@ -60,7 +60,10 @@ def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lo
             raise
         finally:  # always collected
             _, status = os.waitpid(pid, 0)
-        got = _load(path, done[mine]) if status == 0 and path.exists() else None
+        try:
+            got = _load(path, done[mine]) if status == 0 and path.exists() else None
+        except Exception:  # noqa: BLE001 - a program serde cannot read back: lowered here instead
+            got = None
     if got is None:  # what the child could not do, or what this process cannot complete
         with preprocess_on_two_cores():
             got = lower([theirs])[theirs]
