@@ -78,9 +78,16 @@ class CostModelK:
         return [a / n for a, n in zip(self.accepted, self.reached) if n > 0]
 
     def reestimate(self) -> None:
-        """Choose k again from the counts (after the model's costs changed, say)."""
+        """Choose k again from the counts (after the model's costs changed, say). Drafting starts
+        only with the model's margin over the target alone (estimates err: pairs/cost.py MARGIN)
+        and, once on, stays while predicted at least as fast: one unlucky round on a marginal win
+        does not turn it off until the next probe."""
         rates = self.rates()
-        self.k, self.predicted = self.model.choose(rates, self.k_max) if rates else (0, self.model.tokens_per_s([], 0))
+        if not rates:
+            self.k, self.predicted = 0, self.model.tokens_per_s([], 0)
+        else:
+            on = {} if self.k == 0 else {"margin": 1.0}
+            self.k, self.predicted = self.model.choose(rates, self.k_max, **on)
 
     def best_positive(self) -> int:
         """The k >= 1 the model likes best (the probe's length); k_max // 2 with no evidence."""

@@ -75,6 +75,21 @@ def test_margin_keeps_a_marginal_win_off():
     assert m.choose([rate], k_max=1, margin=1.0)[0] == 1
 
 
+def test_once_on_drafting_stays_while_predicted_no_slower():
+    """A marginal win (1.06x predicted) turns drafting on; one rejected round (1.04x) keeps it on
+    (it would not turn it on); rounds that make it predicted slower than the target alone turn it off."""
+    m = CostModel({1: 10.0, 2: 15.0}, drafter_ms=0.0)
+    ratio = lambda acc, n: m.tokens_per_s([acc / n], 1) / m.tokens_per_s([], 0)  # noqa: E731
+    dl = CostModelK(m, reached=[20], accepted=[11.8], k_max=1)
+    assert ratio(11.8, 20) == pytest.approx(1.06) and dl.next_k() == 1
+    dl.observe(1, 0)
+    assert 1.0 < ratio(11.8, 21) < 1.05 and m.choose(dl.rates(), 1)[0] == 0
+    assert dl.next_k() == 1  # still on
+    for _ in range(6):
+        dl.observe(1, 0)
+    assert ratio(11.8, 27) < 1.0 and dl.next_k() == 0
+
+
 def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
     """k = 0 rounds (the target alone), changing k mid-generation and probing: lossless all the way."""
     d, t, pair = cross
