@@ -24,7 +24,7 @@ import os
 import signal
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from .two_cores import preprocess_on_two_cores
 
@@ -36,8 +36,7 @@ def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lo
     """``lower(names)`` of every method in ``names``; with two methods, the second in a forked
     child. The result keeps ``names``' order."""
     if len(names) != 2 or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork"):
-        with preprocess_on_two_cores():
-            return lower(names)
+        return _here(names, lower)
     mine, theirs = names
     with tempfile.TemporaryDirectory(prefix="omnidraft-export-") as tmp:
         path = Path(tmp) / f"{theirs}.pt2"
@@ -65,9 +64,14 @@ def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lo
         except Exception:  # noqa: BLE001 - a program serde cannot read back: lowered here instead
             got = None
     if got is None:  # what the child could not do, or what this process cannot complete
-        with preprocess_on_two_cores():
-            got = lower([theirs])[theirs]
+        got = _here([theirs], lower)[theirs]
     return {mine: done[mine], theirs: got}
+
+
+def _here(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lowered:
+    """``lower(names)`` in this process, XNNPACK's partitions on two cores."""
+    with preprocess_on_two_cores():
+        return lower(names)
 
 
 def _die_with(parent: int) -> None:
@@ -89,6 +93,18 @@ def _delegates(ep) -> list:
     return get_lowered_backend_modules(ep.graph_module)
 
 
+def _buffers(ep) -> Iterator[tuple[list, int, bytes]]:
+    """(its delegate's buffer list, index, bytes) of every named-data buffer in ``ep``."""
+    for lowered in _delegates(ep):
+        store = lowered.named_data_store_output
+        for i, buf in enumerate(store.buffers if store is not None else []):
+            yield store.buffers, i, buf
+
+
+def _bulky(buf) -> bool:
+    return isinstance(buf, bytes) and len(buf) >= BULK
+
+
 def _save(ep, path: Path) -> None:
     """``ep`` without its delegates' bulk (see the module docstring), and which of its
     placeholders require grad (serde drops the flag; the program records it)."""
@@ -96,12 +112,11 @@ def _save(ep, path: Path) -> None:
     from executorch.exir.serde.serialize import save
 
     digests = []
+    for buffers, i, buf in _buffers(ep):
+        if _bulky(buf):
+            digests.append(hashlib.sha256(buf).hexdigest())
+            buffers[i] = digests[-1].encode()
     for lowered in _delegates(ep):
-        store = lowered.named_data_store_output
-        for i, buf in enumerate(store.buffers if store is not None else []):
-            if isinstance(buf, bytes) and len(buf) >= BULK:
-                store.buffers[i] = hashlib.sha256(buf).hexdigest().encode()
-                digests.append(store.buffers[i].decode())
         weights = lowered.original_module.state_dict
         for name, t in weights.items():  # one element each, broadcast to its shape
             small = torch.zeros((), dtype=t.dtype).expand(t.shape)
@@ -126,18 +141,12 @@ def _load(path: Path, donor):
         quiet.setLevel(level)
     told = json.loads(extra["omnidraft"])
     wanted = set(told["digests"])
-    have = {}
-    for lowered in _delegates(donor):
-        for buf in lowered.named_data_store_output.buffers if lowered.named_data_store_output else []:
-            if isinstance(buf, bytes) and len(buf) >= BULK:
-                have.setdefault(hashlib.sha256(buf).hexdigest(), buf)
+    have = {hashlib.sha256(buf).hexdigest(): buf for _, _, buf in _buffers(donor) if _bulky(buf)}
     if not wanted <= have.keys():
         return None
-    for lowered in _delegates(ep):
-        store = lowered.named_data_store_output
-        for i, buf in enumerate(store.buffers if store is not None else []):
-            if len(buf) == 64 and buf.decode("ascii", "replace") in wanted:
-                store.buffers[i] = have[buf.decode()]
+    for buffers, i, buf in _buffers(ep):
+        if len(buf) == 64 and buf.decode("ascii", "replace") in wanted:
+            buffers[i] = have[buf.decode()]
     grad = set(told["requires_grad"])
     for node in ep.graph.nodes:
         if node.name in grad:
