@@ -8,7 +8,11 @@ was translated (direct map, n-gram merge, a later token of a multi-token entry, 
 and the first rejection's cause (drafter wrong, translation wrong, draft ended inside the
 target's token, special token), plus drafted tokens that could not be translated. `omnidraft`
 and `slem` run on the same prompts, interleaved per prompt; tokens per target forward is the
-comparison that does not depend on how a strategy splits its proposal.
+comparison that does not depend on how a strategy splits its proposal. Unpaired runs drift apart
+after their first different round (the drafter's numerics then see other histories), so the
+first strategy's rows also carry the paired figure: `slem`'s translation of the very drafts each
+of its rounds made, matched against the target's greedy output (decode/rejections.py
+``paired_accepted``).
 
 Prompts: the last 10 HumanEval problems (the held-out set of bench_strategies) and ShareGPT
 chat prompts (bench extra) from 200 on (past the usage streams' first prompts).
@@ -49,13 +53,15 @@ def main() -> int:
     benchsetup.start(args.threads)
     log = benchsetup.logger("rejections")
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.decode.rejections import CAUSES, KINDS, Breakdown
+    from omnidraft.decode.rejections import CAUSES, KINDS, Breakdown, paired_accepted
+    from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.propose.config import SpecConfig
     from omnidraft.translate.state import PairState
+    from omnidraft.translate.strings import StringTranslator
 
     problems = humaneval()
     sets = {"code": [(p, False) for p in problems[len(problems) - args.code:]],
@@ -80,20 +86,27 @@ def main() -> int:
             pairs = {s: PairState(dtok, ttok, drafter.vocab_size, target.vocab_size) for s in strategies}
             tallies = {s: Breakdown(pairs[s].vmap) for s in strategies}
             totals = {s: [0, 0] for s in strategies}  # new tokens, target forwards
+            paired = {s: {} for s in strategies if variants[s][0] == first}  # vs slem on the same drafts
             for i, (p, chat) in enumerate(prompts):
                 for s in strategies:
                     strategy, ptd = variants[s]
                     if drafter.ptd != ptd:
                         drafter.load_adapter(ptd)
                     cfg = SpecConfig(strategy.split("/")[0], k=args.k, retokenise=not strategy.endswith("/cache"))
+                    rounds = []
                     res = generate_speculative(drafter, target, pairs[s], p, cfg=cfg,
                                                max_new_tokens=args.max_new_tokens, chat=chat,
-                                               on_round=tallies[s].add)
+                                               on_round=lambda r, s=s: (tallies[s].add(r), rounds.append(r)))
+                    if s in paired:
+                        one = paired_accepted(rounds, encode_prompt(ttok, p, chat=chat),
+                                              StringTranslator(pairs[s].vmap, ttok), pairs[s].vmap)
+                        paired[s] = {key: paired[s].get(key, 0) + v for key, v in one.items()}
                     totals[s][0] += res.metrics["new_tokens"]
                     totals[s][1] += res.metrics["target_forwards"]
                 log(f"{name} {set_name} {i + 1}/{len(prompts)}: " + ", ".join(
                     f"{s} acceptance {tallies[s].summary()['acceptance']}" for s in strategies))
-            out = {s: {**tallies[s].summary(), "tokens_per_forward": round(n / f, 3)}
+            out = {s: {**tallies[s].summary(), "tokens_per_forward": round(n / f, 3),
+                       **({"paired_with_slem": paired[s]} if s in paired else {})}
                    for s, (n, f) in totals.items()}
             report["results"].setdefault(name, {})[set_name] = out
             md += [f"## {name}, {set_name} ({len(prompts)} prompts)", ""]
@@ -102,6 +115,11 @@ def main() -> int:
                                 [[s, o["acceptance"], o["tokens_per_forward"],
                                   f"{o['all_accepted_rounds']}/{o['rounds']}", o["cut_rounds"],
                                   o["untranslated_drafts"]] for s, o in out.items()])
+            md += [""] + benchio.table(
+                ["strategy", "tokens accepted", "slem's translation of the same drafts: tokens accepted",
+                 "rounds", "rounds that differ", "of which slem accepted more"],
+                [[s, q["accepted"], q["other_accepted"], q["rounds"], q["differ"], q["other_more"]]
+                 for s, o in out.items() if (q := o.get("paired_with_slem"))])
             width = max(len(o["by_position"]) for o in out.values())
             md += [""] + benchio.table(
                 ["strategy", *[f"position {i}: acceptance (proposed)" if i == 0 else f"{i}" for i in range(width)]],

@@ -16,6 +16,10 @@ Draft tokens that were drafted but could not be translated (drafting stops there
 ``untranslated`` per round. Exact for greedy verification (the target's token is its argmax);
 under sampling the blame is the sampled token's.
 
+``paired_accepted`` compares two translators on the same drafts: what another translator would
+have had accepted from each round's drafts, against the target's greedy output (noise-free:
+unpaired runs of two strategies drift apart after their first different round).
+
 Knows Round, Proposal and the VocabMap's byte tables; nothing about models or timing.
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omnidraft.decode.loop import Round
+from omnidraft.translate.reverse import _utf8_complete
 from omnidraft.translate.vocab import VocabMap
 
 KINDS = ("same token", "merge", "split", "special")
@@ -116,3 +121,47 @@ class Breakdown:
             "ngram_cache": {"proposed": self.ngram[0], "accepted": self.ngram[1],
                             "acceptance": rate(self.ngram[1], self.ngram[0])},
         }
+
+
+@dataclass
+class _Committed:
+    tail: bytes  # committed bytes after the last whole character (what a DraftContext holds back)
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def paired_accepted(rounds: list[Round], prompt_ids: list[int], translator, vmap: VocabMap) -> dict:
+    """Tokens the target accepts from each round's proposal and from ``translator``'s translation
+    of the same drafts (greedy verification only: the target's choice at every position is its
+    output token, so the rounds' committed tokens are the truth both are matched against).
+
+    ``rounds``: one generation's rounds in order; ``prompt_ids``: the target's prompt ids;
+    ``translator``: translate(drafts, ctx, history) (translate/token.py, strings.py), given the
+    committed target ids and a context holding back a trailing partial character as the
+    generation's own DraftContext did. Returns totals: own accepted, other's accepted, rounds,
+    rounds where they differ, and rounds where the other accepted more."""
+    out = dict.fromkeys(("accepted", "other_accepted", "rounds", "differ", "other_more"), 0)
+    generated = [t for r in rounds for t in r.committed]
+    tb = vmap.target_bytes
+    at = 0
+    for r in rounds:
+        if r.proposal.drafts:
+            data = b"".join(tb[t] or b"" for t in generated[:at] if t < len(tb))
+            ctx = _Committed(data[_utf8_complete(data):])
+            other = translator.translate(r.proposal.drafts, ctx=ctx, history=prompt_ids + generated[:at])
+            truth = generated[at:]
+            mine, theirs = _common(r.proposal.target_ids, truth), _common(other.target_ids, truth)
+            out["accepted"] += mine
+            out["other_accepted"] += theirs
+            out["rounds"] += 1
+            out["differ"] += mine != theirs
+            out["other_more"] += theirs > mine
+        at += len(r.committed)
+    return out

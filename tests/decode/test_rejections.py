@@ -1,13 +1,15 @@
 """decode/rejections.py: each round's proposed tokens counted by position and kind, and the first
 rejection blamed on the drafter, the translation, a draft that ended inside the target's token,
-or a special token (real SmolLM2 -> Qwen2.5 vocabulary map)."""
+or a special token; two translators compared on the same drafts (real SmolLM2 -> Qwen2.5
+vocabulary map)."""
 
 import pytest
 
 from omnidraft.decode.loop import Round
-from omnidraft.decode.rejections import Breakdown
+from omnidraft.decode.rejections import Breakdown, paired_accepted
 from omnidraft.decode.verify import Verdict
 from omnidraft.translate.proposal import Proposal
+from omnidraft.translate.strings import StringTranslator
 from omnidraft.translate.vocab import build
 
 from ..conftest import vocab_len
@@ -62,3 +64,20 @@ def test_kinds_from_how_the_text_lines_up(vmap, smollm_tok, qwen_tok):
     assert kinds == {"same token": (0, 0, 0), "merge": (1, 1, 0), "split": (2, 0, 1), "special": (1, 0, 1)}
     assert s["first_rejection_cause"]["translation"] == 1 and s["first_rejection_cause"]["special"] == 1
     assert (s["ngram_cache"]["proposed"], s["ngram_cache"]["accepted"]) == (1, 1)
+
+
+def test_paired_acceptance_on_the_same_drafts(vmap, smollm_tok, qwen_tok):
+    d = smollm_tok.convert_tokens_to_ids
+    t = qwen_tok.convert_tokens_to_ids
+    prompt = qwen_tok.encode("Say", add_special_tokens=False)
+    # round 1 proposed " h" "ello" token for token; the target writes " hello" (slem merges: accepted)
+    split = Proposal([t("Ġh"), t("ello")], [(0, 1), (1, 2)], [0, 0], [False, False], 2, [d("Ġh"), d("ello")])
+    r1 = Round([t("Ġhello")], split, Verdict(0, t("Ġhello")), None, 0.0, 0.0, 0.0, 0.0)
+    # round 2: both propose " world" then " the"; the target writes " world" "!"
+    same = Proposal([t("Ġworld"), t("Ġthe")], [(0, 1), (1, 2)], [0, 0], [False, False], 2,
+                    [d("Ġworld"), d("Ġthe")])
+    r2 = Round([t("Ġworld"), t("!")], same, Verdict(1, t("!")), None, 0.0, 0.0, 0.0, 0.0)
+    # a round without a draft proposes nothing for either
+    r3 = Round([t("Ġbye")], Proposal(), Verdict(0, t("Ġbye")), None, 0.0, 0.0, 0.0, 0.0)
+    got = paired_accepted([r1, r2, r3], prompt, StringTranslator(vmap, qwen_tok), vmap)
+    assert got == {"accepted": 1, "other_accepted": 2, "rounds": 2, "differ": 1, "other_more": 1}
