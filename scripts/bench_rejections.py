@@ -93,10 +93,13 @@ def main() -> int:
                     if drafter.ptd != ptd:
                         drafter.load_adapter(ptd)
                     cfg = SpecConfig(strategy.split("/")[0], k=args.k, retokenise=not strategy.endswith("/cache"))
-                    rounds = []
+                    rounds = []  # this generation's, for the paired comparison
+
+                    def on_round(r, tally=tallies[s]):
+                        tally.add(r)
+                        rounds.append(r)
                     res = generate_speculative(drafter, target, pairs[s], p, cfg=cfg,
-                                               max_new_tokens=args.max_new_tokens, chat=chat,
-                                               on_round=lambda r, s=s: (tallies[s].add(r), rounds.append(r)))
+                                               max_new_tokens=args.max_new_tokens, chat=chat, on_round=on_round)
                     if s in paired:
                         one = paired_accepted(rounds, encode_prompt(ttok, p, chat=chat),
                                               StringTranslator(pairs[s].vmap, ttok), pairs[s].vmap)
