@@ -150,10 +150,9 @@ def paired_accepted(rounds: list[Round], prompt_ids: list[int], translator, vmap
     out = dict.fromkeys(("accepted", "other_accepted", "rounds", "differ", "other_more"), 0)
     generated = [t for r in rounds for t in r.committed]
     tb = vmap.target_bytes
-    at = 0
+    at, data = 0, b""  # committed tokens so far and their bytes
     for r in rounds:
         if r.proposal.drafts:
-            data = b"".join(tb[t] or b"" for t in generated[:at] if t < len(tb))
             ctx = _Committed(data[_utf8_complete(data):])
             other = translator.translate(r.proposal.drafts, ctx=ctx, history=prompt_ids + generated[:at])
             truth = generated[at:]
@@ -164,4 +163,5 @@ def paired_accepted(rounds: list[Round], prompt_ids: list[int], translator, vmap
             out["differ"] += mine != theirs
             out["other_more"] += theirs > mine
         at += len(r.committed)
+        data += b"".join(tb[t] or b"" for t in r.committed if t < len(tb))
     return out
