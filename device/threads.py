@@ -97,6 +97,20 @@ def program_call():
         fn(prev)
 
 
+def set_threads(threads: int | None) -> None:
+    """The user's ``--threads``: torch's and ExecuTorch's thread counts (None: leave both)."""
+    if threads is None:
+        return
+    if threads < 1:
+        from omnidraft.errors import OmniDraftError
+
+        raise OmniDraftError(f"--threads must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+    set_program_threads(threads)
+
+
 def set_program_threads(threads: int) -> None:
     """ExecuTorch's thread pool (XNNPACK's and the custom ops' workers) to ``threads`` threads,
     when the ExecuTorch runtime is installed (otherwise nothing to set)."""

@@ -123,7 +123,7 @@ def adapter_tensors(version_dir: Path, info: ProgramInfo) -> dict[str, torch.Ten
         raise OmniDraftError(f"{version_dir} lacks {len(missing)} of the program's LoRA weights "
                              f"(e.g. {missing[0]})", "the adapter targets other modules than the program")
     if missing:  # no trained head in this version: the program's untrained default head
-        from omnidraft.train.acceptance import AcceptanceHead
+        from omnidraft.models.acceptance import AcceptanceHead
 
         head = AcceptanceHead(info.hidden_size, info.config["head_width"])
         out.update({f"accept_head.{k}": v for k, v in head.state_dict().items()})

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.home import subdir
-from omnidraft.pairs.spec import safe_name
+from omnidraft.home import safe_name, subdir
 
 from .info import ProgramInfo
 

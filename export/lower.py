@@ -281,7 +281,7 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     modified in place), quantise the base weights, and lower the result to ``out_dir``.
     With ``cfg.specvocab_k``: ``ranker`` (a trained SpecVocabHead; default its SVD initialisation)
     ranks the vocabulary inside the program."""
-    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.models.acceptance import AcceptanceHead
 
     if cfg.specvocab_k and ranker is None:
         from omnidraft.models.specvocab import SpecVocabHead
@@ -304,7 +304,7 @@ def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     logits of the positions asked for, batch-invariant (a position's logits do not depend on the
     call's width, so verifying equals decoding one token at a time). An untrained acceptance
     head rides along, so drafter and target programs run through the same ``ExecuTorchLM``."""
-    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.models.acceptance import AcceptanceHead
 
     if cfg.role != "target":
         raise OmniDraftError("export_target needs ExportConfig(role='target')")

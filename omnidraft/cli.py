@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 
 from omnidraft.cli_args import build_parser
 from omnidraft.errors import OmniDraftError
@@ -16,9 +15,9 @@ MAX_K = 8  # the longest draft the cost model may choose
 
 
 def _cmd_pair(args) -> int:
-    from omnidraft.models.loading import set_threads
+    from omnidraft.device.threads import set_threads
     from omnidraft.pairs.build import is_remote
-    from omnidraft.pairs.calibrate import format_report, pair
+    from omnidraft.jobs.pairing import format_report, pair
 
     set_threads(args.threads)
     remote = is_remote(args.target)
@@ -67,7 +66,8 @@ def _cmd_export(args) -> int:
 
     from omnidraft.export.layout import program_dir
     from omnidraft.export.lower import ExportConfig, export_drafter, export_target
-    from omnidraft.models.loading import load_model, set_threads
+    from omnidraft.device.threads import set_threads
+    from omnidraft.models.loading import load_model
     from omnidraft.models.specvocab import load_ranker
 
     role = "target" if args.target else "drafter"
@@ -90,7 +90,7 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_cost(args) -> int:
-    from omnidraft.models.loading import set_threads
+    from omnidraft.device.threads import set_threads
     from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.cost import cpu_info, measure, runtime_name
 
@@ -149,8 +149,8 @@ def _cmd_export_adapter(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from omnidraft.pairs.demo import demo
-    from omnidraft.models.loading import set_threads
+    from omnidraft.jobs.demo import demo
+    from omnidraft.device.threads import set_threads
 
     set_threads(args.threads)
     demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, calibration_s=args.calibration_seconds)
@@ -177,7 +177,8 @@ def read_token(token_file: str | None) -> str:
 def _cmd_serve(args) -> int:
     import uvicorn
 
-    from omnidraft.models.loading import load_model, set_threads
+    from omnidraft.device.threads import set_threads
+    from omnidraft.models.loading import load_model
     from omnidraft.serve.server import ServerLimits, create_app
 
     token = read_token(args.token_file)
@@ -211,8 +212,9 @@ def _cmd_models(args) -> int:
 def _cmd_generate(args) -> int:
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.decode.modes import default_verify_mode
-    from omnidraft.decode.sampling import SamplingConfig
-    from omnidraft.models.loading import load_tokenizer, set_threads
+    from omnidraft.sampling import SamplingConfig
+    from omnidraft.device.threads import set_threads
+    from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import is_remote, load_drafter, load_target
     from omnidraft.pairs.cost import for_pair
     from omnidraft.pairs.spec import pair_name
@@ -295,15 +297,12 @@ def format_metrics(m: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from omnidraft.device.threads import configure_process
+    from omnidraft.quiet import quiet_libraries
 
     args = build_parser().parse_args(argv)
     if args.command != "serve-target":  # the server verifies on an eager model in worker threads
         configure_process()  # before torch loads: MKL must not start thread teams inside ExecuTorch's
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # weight-loading bars; our own progress lines stay
-    # deprecation notes and tracing remarks the libraries address to their own developers
-    warnings.filterwarnings("ignore", module=r"(torch|torchao|executorch|transformers|peft|copyreg)(\.|$)")
+    quiet_libraries()
     try:
         if args.command == "models":
             return _cmd_models(args)

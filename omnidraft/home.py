@@ -5,7 +5,9 @@ Knows the folder layout only; what goes into each folder belongs to the modules 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 
 
@@ -21,3 +23,12 @@ def subdir(*parts: str) -> Path:
     path = home().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def safe_name(s: str) -> str:
+    """A file-safe name for a model reference: a catalog name as it is, a path or URL by its
+    last part plus a short hash of the whole."""
+    if re.fullmatch(r"[A-Za-z0-9._-]+", s):
+        return s
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", s.rstrip("/").rsplit("/", 1)[-1])[:40] or "model"
+    return f"{tail}.{hashlib.sha256(s.encode()).hexdigest()[:8]}"

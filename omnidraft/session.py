@@ -19,7 +19,7 @@ from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lo
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir,
                                   save_spec)
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.registry import STRATEGIES, get
 
@@ -60,7 +60,8 @@ class Session:
                  target_runtime: str = "auto", target_model: str | None = None, target_context: int = 2048,
                  target_engine: str | None = None):
         from omnidraft.device.runtime import ExecuTorchLM
-        from omnidraft.models.loading import load_tokenizer, set_threads
+        from omnidraft.device.threads import set_threads
+        from omnidraft.models.loading import load_tokenizer
         from omnidraft.pairs.build import load_drafter, load_target
         from omnidraft.train.verlog import VerificationLog
         from omnidraft.translate.state import PairState
@@ -137,7 +138,7 @@ class Session:
         """Switch to the newest published adapter and head, if there is a newer one."""
         from safetensors.torch import load_file
 
-        from omnidraft.train.acceptance import AcceptanceHead
+        from omnidraft.models.acceptance import AcceptanceHead
         from omnidraft.models.eager import CausalLM
 
         latest = self.store.latest(self.spec.name)

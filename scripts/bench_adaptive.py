@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pretrain-epochs", type=int, default=0, help="offline head pretraining passes")
     args = ap.parse_args(argv)
 
-    from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
     from omnidraft.prompts import humaneval

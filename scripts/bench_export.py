@@ -66,7 +66,9 @@ def main() -> None:
     from benchio import save, stamp_report, table
 
     from omnidraft.pairs.cost import cpu_info
+    from omnidraft.quiet import quiet_libraries
 
+    quiet_libraries()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-0.5b",
                     help="comma-separated; the first is exported as a drafter, the rest as targets")

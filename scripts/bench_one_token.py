@@ -55,9 +55,12 @@ def _worker(prog: str, prompts_file: str, new_tokens: int, threads: int) -> None
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":  # possibly an older checkout's omnidraft
         _worker(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0
+    from omnidraft.quiet import quiet_libraries
+
+    quiet_libraries()
     import tempfile
 
     import benchio

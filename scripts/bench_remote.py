@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.serve.remote import RemoteTarget
     from omnidraft.models.eager import CausalLM
-    from omnidraft.decode.sampling import SamplingConfig
+    from omnidraft.sampling import SamplingConfig
     from omnidraft.propose.config import SpecConfig
     from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     start(args.threads)
     log = logger("remote-engine")
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.decode.sampling import SamplingConfig
+    from omnidraft.sampling import SamplingConfig
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_tokenizer

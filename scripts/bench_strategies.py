@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ranker-steps", type=int, default=300)
     args = ap.parse_args(argv)
 
-    from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.train.head_trainer import HeadTrainer
     from omnidraft.prompts import humaneval

@@ -124,7 +124,7 @@ def render(report: dict, out: str) -> None:
           f"frozen while the held-out set is timed: {report['held_code']} code + {report['held_chat']} chat "
           f"prompts never in the stream, {report['held_tokens']} new tokens each. `{report['command']}`", ""]
     if report.get("pairing"):
-        from omnidraft.pairs.calibrate import format_report
+        from omnidraft.jobs.pairing import format_report
 
         md += ["`omnidraft pair`'s report before the stream:", "", "```", format_report(report["pairing"]), "```", ""]
     rows = []
@@ -215,7 +215,7 @@ def main() -> int:
     import benchio
     from baselines import BEST, baselines
     from omnidraft import Session
-    from omnidraft.pairs.calibrate import format_report, pair
+    from omnidraft.jobs.pairing import format_report, pair
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.train import daemon

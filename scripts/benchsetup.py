@@ -40,11 +40,14 @@ def parser(doc: str, *, target: str | None = "qwen2.5-coder-0.5b", dtype: str = 
 
 
 def start(threads: int, seed: int | None = None) -> None:
-    """Set torch's thread count and, when given, its global seed."""
+    """Set torch's thread count and, when given, its global seed; keep the libraries' notes to
+    their own developers out of the output (omnidraft/quiet.py)."""
     import torch
 
-    from omnidraft.models.loading import set_threads
+    from omnidraft.device.threads import set_threads
+    from omnidraft.quiet import quiet_libraries
 
+    quiet_libraries()
     set_threads(threads)
     if seed is not None:
         torch.manual_seed(seed)

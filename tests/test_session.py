@@ -50,7 +50,7 @@ def test_log_appends_reads_and_prunes_oldest_first(tmp_path):
 
 def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwen_tok):
     from omnidraft import Session
-    from omnidraft.pairs.calibrate import fresh_adapter
+    from omnidraft.jobs.pairing import fresh_adapter
 
     drafter, target = models
     s = Session(drafter, target, target_dtype="fp32")
@@ -87,7 +87,7 @@ def test_interleaved_session_streams_are_each_the_targets(home, models, qwen_tok
     """Two stream() generators of one Session, advanced in turn (and a sampling Session whose
     default verify mode is lossless): each greedy output is the target's own."""
     from omnidraft import Session
-    from omnidraft.decode.sampling import SamplingConfig
+    from omnidraft.sampling import SamplingConfig
 
     drafter, target = models
     s = Session(drafter, target, target_dtype="fp32", log=False)

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from omnidraft.decode.metrics import Metrics
 from omnidraft.models.lm import LM
-from omnidraft.decode.sampling import SamplingConfig, next_token
+from omnidraft.sampling import SamplingConfig, next_token
 
 
 def decode_ar(target: LM, prompt_ids: list[int], *, max_new_tokens: int,

@@ -1,7 +1,10 @@
 """Generation front door: encode the prompt, run one decoding strategy, stream the text.
 
 Knows how strategies are called and how text is streamed; the decode loops live in
-decode/autoregressive.py and decode/loop.py, the strategies' proposers in propose/.
+decode/autoregressive.py and decode/loop.py, the strategies' proposers in propose/. decode/
+imports propose/ in this direction only: the loop consumes proposers through the ``Proposer``
+protocol and this front door builds one from a ``SpecConfig``; proposers know nothing of the loop
+(the sampler both use is omnidraft/sampling.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from omnidraft.decode.loop import Round, decode
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.ownership import own
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import Detokenizer, drained, encode_prompt, model_eos_ids, stop_ids
 from omnidraft.errors import OmniDraftError

@@ -15,7 +15,7 @@ Knows mode names; what a strategy promises comes from the registry (propose/regi
 
 from __future__ import annotations
 
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.registry import get
 

@@ -17,7 +17,7 @@ import torch
 
 from omnidraft.decode.modes import check_verify_mode
 from omnidraft.models.lm import LM
-from omnidraft.decode.sampling import LazyProbs, SamplingConfig
+from omnidraft.sampling import LazyProbs, SamplingConfig
 from omnidraft.decode.text import model_eos_ids
 from omnidraft.decode.verify import Verdict, verify_greedy, verify_point_mass, verify_rejection
 
@@ -99,6 +99,11 @@ class LocalTarget:
         self.ahead = self.model.prefill(prompt_ids).logits[-1:]
         self.pending = prompt_ids[-1]
 
+    def room(self) -> int:
+        """Proposal tokens the next verify fits in the window: the pending token is fed unless
+        its logits came with the prefill. 0: only an empty proposal (one plain target step)."""
+        return self.max_length - self.model.length - (self.ahead is None)
+
     def check(self, proposal: list[int], q: torch.Tensor | None) -> None:
         """Raise ValueError, before anything changes, if ``proposal`` / ``q`` cannot be verified."""
         if self.pending is None:
@@ -106,7 +111,7 @@ class LocalTarget:
         m, vocab = len(proposal), self.vocab_size
         if any(not 0 <= t < vocab for t in proposal):
             raise ValueError(f"proposal ids must be in 0..{vocab - 1}")
-        if self.model.length + (self.ahead is None) + m > self.max_length:
+        if m > self.room():
             raise ValueError(f"a {m}-token proposal would pass the context window of {self.max_length}")
         if self.needs_q and m and (q is None or tuple(q.shape) != (m, vocab)):
             raise ValueError(f"rejection mode needs q of shape [{m}, {vocab}]")

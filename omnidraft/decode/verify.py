@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from omnidraft.decode.sampling import sample
+from omnidraft.sampling import sample
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Knows package names, chunk order and checksums; it does not know how models are 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata as md
 import json
@@ -247,6 +248,31 @@ def _gguf_progress(progress: Progress):
         reader.tqdm = bar
 
 
+@contextlib.contextmanager
+def _gguf_kept():
+    """Two costs of transformers' GGUF loading that change no weight, kept for the call's
+    duration: it parses the file's metadata (every vocabulary string and merge) anew for the
+    tokenizer, the config and the tensors, and builds gguf-py's tensor-name table anew for every
+    submodule it walks (~400 times for SmolLM2, ~25 ms each). Here each file is parsed once
+    and each (architecture, depth) table built once."""
+    import gguf
+
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple, object] = {}
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = real_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
+
+
 def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stderr) -> dict:
     """Load a GGUF with transformers (dequantised fp32) and save it as a safetensors model dir.
 
@@ -260,10 +286,11 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     shutil.rmtree(tmp, ignore_errors=True)
     progress(f"converting {gguf.name} to safetensors (one time; loads dequantised fp32 weights)")
     t0 = time.perf_counter()
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    with _gguf_progress(progress):
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                     dtype=torch.float32)
+    with _gguf_kept():
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with _gguf_progress(progress):
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32)
     gguf_load_s = time.perf_counter() - t0
     # The weights are already dequantised; drop the GGUF quantizer record so they save as plain fp32.
     model.hf_quantizer = None

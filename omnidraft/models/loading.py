@@ -44,19 +44,13 @@ def load_tokenizer(ref: str):
 
     directory, gguf = resolve(ref)
     kwargs = {"gguf_file": gguf} if gguf else {}
-    return AutoTokenizer.from_pretrained(str(directory), **kwargs)
-
-
-def set_threads(threads: int | None) -> None:
-    import torch
-
-    if threads is not None:
-        if threads < 1:
-            raise OmniDraftError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-        from omnidraft.device.threads import set_program_threads
-
-        set_program_threads(threads)
+    tok = AutoTokenizer.from_pretrained(str(directory), **kwargs)
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None and type(backend.model).__name__ == "BPE":
+        # transformers ignores this clean-up for BPE tokenizers, with a warning on every first
+        # decode: off, the text is the same and the user's output stays clean
+        tok.clean_up_tokenization_spaces = False
+    return tok
 
 
 def load_model(ref: str, *, dtype: str = "fp32"):

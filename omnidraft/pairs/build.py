@@ -3,12 +3,14 @@ program), and the target (a local model on either runtime, a remote `omnidraft s
 a remote one that falls back to a local model) with its tokenizer. Runtime ``auto`` is the
 ExecuTorch program when one was exported for the model, else eager PyTorch (with a note).
 
-Shared by the CLI and ``Session``; knows the loaders and runtimes, nothing about decoding.
+Shared by the CLI and ``Session``; knows the loaders and runtimes, nothing about decoding. It
+imports serve/ because a URL names a remote target (serve/remote.py, serve/openai_api.py);
+serve/ imports nothing of the pairing.
 """
 
 from __future__ import annotations
 
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.models.loading import load_model, load_tokenizer, resolve

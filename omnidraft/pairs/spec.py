@@ -8,27 +8,16 @@ and JSON; models are loaded by the callers.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
-from omnidraft.home import subdir
+from omnidraft.home import safe_name, subdir
 
 DEFAULT_DRAFTER = "smollm2-135m"
-
-
-def safe_name(s: str) -> str:
-    """A file-safe name for a model reference: a catalog name as it is, a path or URL by its
-    last part plus a short hash of the whole."""
-    if re.fullmatch(r"[A-Za-z0-9._-]+", s):
-        return s
-    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", s.rstrip("/").rsplit("/", 1)[-1])[:40] or "model"
-    return f"{tail}.{hashlib.sha256(s.encode()).hexdigest()[:8]}"
 
 
 def pair_name(drafter: str, target: str) -> str:

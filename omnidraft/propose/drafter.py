@@ -7,16 +7,23 @@ Knows an LM, a sampler and an acceptance head; nothing about vocabularies or ver
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-from omnidraft.decode.sampling import SamplingConfig, probs, sample
+from omnidraft.sampling import SamplingConfig, probs, sample
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM, Forward
 
-if TYPE_CHECKING:
-    from omnidraft.propose.config import SpecConfig
+
+class StopSettings(Protocol):
+    """What a stopping rule is built from (``SpecConfig`` is one): a protocol, so the drafter
+    needs no import of the configuration that names it (config -> registry -> drafter)."""
+
+    k: int
+    min_k: int
+    confidence: float | None
+    gamma: float | None
 
 
 class StopRule:
@@ -78,7 +85,7 @@ class Drafter:
         """Draft tokens that fit the window after syncing to ``n_ids`` ids (sync, then k - 1 extends)."""
         return self.model.max_length - n_ids + 1
 
-    def stop_rule(self, cfg: "SpecConfig") -> StopRule | Confidence | None:
+    def stop_rule(self, cfg: StopSettings) -> StopRule | Confidence | None:
         """A stopping rule for ``cfg`` (None: always draft k tokens); reset it for each draft."""
         if cfg.gamma is not None:
             if self.model.scores_accept and (not self.sampling.greedy or self.mask is not None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.propose.base import Proposer

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from omnidraft.decode.sampling import SamplingConfig, probs, sample
+from omnidraft.sampling import SamplingConfig, probs, sample
 from omnidraft.propose.base import DraftState
 from omnidraft.propose.drafter import Drafter
 from omnidraft.translate.proposal import Proposal

@@ -36,7 +36,7 @@ from typing import Generator
 
 import torch
 
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.text import drained
 from omnidraft.decode.verify import Verdict
 from omnidraft.errors import OmniDraftError

@@ -13,7 +13,7 @@ import base64
 import torch
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.verify import Verdict
 from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
 

@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.eager import CausalLM
-from omnidraft.decode.sampling import MAX_SEED, SamplingConfig
+from omnidraft.sampling import MAX_SEED, SamplingConfig
 from omnidraft.serve.gate import Gate, RateLimit
 from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import generation_eos_ids
@@ -207,8 +207,10 @@ class SessionManager:
                 raise ApiError(400, "proposal_too_long", f"{m} tokens; at most {self.limits.max_proposal}")
             self._check_ids(req.proposal, "proposal")
             target = session.target
-            if target.model.length + m + 2 > self.max_length:
-                raise ApiError(400, "context_full", "the session reached the context window")
+            room = target.room()
+            if m > room:
+                raise ApiError(400, "context_full", f"the session reached the context window ({self.max_length} "
+                               "tokens)" + (f": at most {room} proposal tokens fit" if room >= 0 else ""))
             with self.lock:
                 if self.cache_tokens() + m > self.limits.max_cache_tokens:
                     raise ApiError(503, "at_capacity", "KV-cache memory cap reached; retry later")

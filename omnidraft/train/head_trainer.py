@@ -17,7 +17,7 @@ from collections import deque
 
 import torch
 
-from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.errors import OmniDraftError
 from omnidraft.train.records import Record

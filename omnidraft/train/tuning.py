@@ -7,7 +7,10 @@ significantly worse there (guard.py). The defaults were chosen on a real 300-pro
 Crash safety: a round's trained record ids go into the published version's meta.json (atomic
 with the weights); rejected rounds advance a cursor file. The next round starts after the larger
 of the two, so after a kill -9 no record is lost and none is trained on twice *as new* in the
-published lineage (replayed ones are listed apart). Knows the log, the adapter store and the trainers; nothing about processes (daemon.py).
+published lineage (replayed ones are listed apart). Knows the log, the adapter store and the
+trainers; nothing about processes (daemon.py). It imports pairs.spec and export.layout because a
+round publishes a version for a named pair and writes its .ptd for that pair's programs; neither
+imports train/.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
 from omnidraft.train.guard import judge

@@ -25,7 +25,7 @@ from scipy import optimize, stats
 from omnidraft.decode.generate import generate_speculative
 from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
 from omnidraft.translate.state import PairState
-from omnidraft.decode.sampling import SamplingConfig, probs
+from omnidraft.sampling import SamplingConfig, probs
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.registry import STRATEGIES
 

@@ -9,7 +9,7 @@ from omnidraft.decode.generate import generate_ar, generate_speculative, stream_
 from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
 from omnidraft.translate.state import PairState
 from omnidraft.models.eager import CausalLM
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.registry import STRATEGIES, get
 from omnidraft.decode.target import LocalTarget

@@ -37,7 +37,7 @@ def _adapter_version(peft_model, head, root, name: str, seed: int):
 @pytest.fixture(scope="module")
 def exported(smollm_tok, tmp_path_factory):
     """One tiny SmolLM2-vocabulary drafter exported fp32, and two trained-looking adapters."""
-    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.export.lower import ExportConfig, export_drafter
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
@@ -165,7 +165,7 @@ def test_clear_errors(exported, tmp_path):
     with pytest.raises(OmniDraftError, match="ExportConfig.quant"):
         ExportConfig(drafter="x", quant="int3")
     with pytest.raises(OmniDraftError, match="greedy token only"):
-        from omnidraft.decode.sampling import SamplingConfig
+        from omnidraft.sampling import SamplingConfig
         from omnidraft.propose.drafter import Drafter
 
         Drafter(lm, SamplingConfig(temperature=0.8), None).stop_rule(SpecConfig("omnidraft", k=8, gamma=0.5))
@@ -225,7 +225,7 @@ def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
 def test_program_layers_equal_hugging_face(arch):
     """The program's XNNPACK-shaped layer loop (llama, qwen2) or the Hugging Face layers on the
     custom ops (others) give the model's own logits, at prefill and at each decode step."""
-    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.export.program import DraftProgram
 
     lm = tiny(arch, 300, seed=3, **({"sliding_window": 32} if arch == "gemma3" else {}))

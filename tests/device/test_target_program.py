@@ -113,7 +113,7 @@ class _Counting:
 
 def test_a_batch_invariant_program_needs_the_llama_layer_loop():
     from omnidraft.export.program import DraftProgram
-    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.models.acceptance import AcceptanceHead
 
     with pytest.raises(OmniDraftError, match="batch-invariant"):
         DraftProgram(tiny("gemma3", 300), AcceptanceHead(64, 16), max_seq=8, all_logits=True,

@@ -16,7 +16,7 @@ import torch
 from scipy import stats
 
 from omnidraft.decode.generate import generate_speculative
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.text import drained
 from omnidraft.models.catalog import ensure_gguf
 from omnidraft.models.loading import load_model, load_tokenizer

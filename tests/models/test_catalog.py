@@ -92,3 +92,26 @@ def test_cli_json_output(tmp_path, smollm_tok, capsys):
                      "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["token_ids"]) == 5 and out["metrics"]["strategy"] == "ar"
+
+
+def test_conversion_parses_each_gguf_once_and_builds_each_name_table_once(tmp_path):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "t.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_tensor("token_embd.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with catalog._gguf_kept():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first
+        assert np.array_equal(first.tensors[0].data, real_reader(path).tensors[0].data)
+        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+        assert table.get_name("model.embed_tokens") == "token_embd"
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (real_reader, real_map)

@@ -13,7 +13,7 @@ from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.decode.loop import decode
 from omnidraft.decode.modes import default_verify_mode, is_lossless
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.target import LocalTarget
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose import registry

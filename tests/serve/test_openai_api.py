@@ -13,7 +13,7 @@ import torch
 from scipy import stats
 
 from omnidraft.decode.generate import generate_ar, generate_speculative
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.config import SpecConfig
 from omnidraft.decode.verify import Verdict

@@ -17,7 +17,7 @@ from omnidraft.decode.generate import generate_ar, generate_speculative, stream_
 from omnidraft.translate.state import PairState
 from omnidraft.serve.remote import FallbackTarget, RemoteTarget
 from omnidraft.models.eager import CausalLM
-from omnidraft.decode.sampling import SamplingConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.serve.server import ServerLimits, create_app
 from omnidraft.propose.config import SpecConfig
 from omnidraft.decode.target import LocalTarget
@@ -168,6 +168,26 @@ def test_bad_verify_requests_and_rounds(server):
     assert server.raw("POST", path, {"round": 1, "proposal": []})[0] == 200
     assert server.raw("DELETE", f"/v1/sessions/{sid}")[0] == 200
     assert server.raw("POST", path, {"round": 2, "proposal": [1]})[0] == 404
+
+
+def test_the_windows_last_position_is_usable(models, server):
+    # a prompt one token short of the window: each empty proposal is one plain target step,
+    # answered as the target in process answers it, until no position is left
+    n = server.app.app.state.manager.max_length
+    prompt = [(7 * i) % 1000 + 5 for i in range(n - 1)]
+    status, out = _open(server, prompt_ids=prompt)
+    assert status == 200, out
+    path = f"/v1/sessions/{out['session']}/verify"
+    local = LocalTarget(CausalLM(models[1]), SamplingConfig())
+    local.start(prompt)
+    status, err = server.raw("POST", path, {"round": 0, "proposal": [5, 6]})
+    assert (status, err["error"]["code"]) == (400, "context_full") and "at most 1 proposal" in err["error"]["message"]
+    for rnd in range(2):
+        status, out = server.raw("POST", path, {"round": rnd, "proposal": []})
+        assert status == 200 and out["token"] == local.verify([]).token, out
+    status, err = server.raw("POST", path, {"round": 2, "proposal": []})
+    assert (status, err["error"]["code"]) == (400, "context_full")
+    assert server.raw("DELETE", path.rsplit("/", 1)[0])[0] == 200
 
 
 def _headers_only(server, method, path, headers, body=b"", read_timeout=3.0):

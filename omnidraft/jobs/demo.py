@@ -10,16 +10,18 @@ printing is the caller's (``say``).
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Callable
 
-from omnidraft.pairs.calibrate import format_report, measure, pair
+from omnidraft.jobs.pairing import format_report, measure, pair
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
 TARGET = "qwen2.5-coder-0.5b"
 NOTICEABLE = 1.05  # a gain the demo calls an improvement: beyond a few prompts' run-to-run noise here
+ALPHA = 0.05  # acceptance must rise with one-sided p below this
 
 
 def held_out_prompts(n: int) -> list[str]:
@@ -53,7 +55,8 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
 
     shown = held_out_prompts(prompts)
     say(f"\nthe pair and the target alone on {len(shown)} prompts it has not seen ({max_new_tokens} new tokens):")
-    tot = {"pair_tokens": 0, "pair_wall": 0.0, "alone_tokens": 0, "alone_wall": 0.0, "forwards": 0}
+    tot = {"pair_tokens": 0, "pair_wall": 0.0, "alone_tokens": 0, "alone_wall": 0.0, "forwards": 0,
+           "proposed": 0, "accepted": 0}
     with session.unlogged():  # held out: never trained on
         for n, p in enumerate(shown):
             say(f"\n>>> {p.strip()[:70]}")
@@ -66,7 +69,8 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                 a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             for key, src, mm in (("pair_tokens", "new_tokens", m), ("pair_wall", "wall_s", m),
                                  ("alone_tokens", "new_tokens", a), ("alone_wall", "wall_s", a),
-                                 ("forwards", "target_forwards", m)):
+                                 ("forwards", "target_forwards", m), ("proposed", "proposed", m),
+                                 ("accepted", "accepted", m)):
                 tot[key] += mm[src]
             say(f"\n[pair {m['tokens_per_s']:.1f} tokens/s ({m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
                 f"tokens per target forward) | target alone {a['tokens_per_s']:.1f} tokens/s]")
@@ -108,29 +112,53 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
 
 
 def _verdict(before: dict, after: dict, result: dict) -> str:
-    """Whether the published round measurably helped on the unseen prompts, in words. Each phase
-    is read against the target alone measured beside it (interleaved per prompt), so a machine
-    that got busier or quieter between the phases does not pass for the drafter's doing."""
+    """Whether the published round measurably helped on the unseen prompts, in words. An
+    improvement is claimed only when the drafter drafted in both phases, its acceptance rose
+    beyond noise (one-sided two-proportion test, p < ALPHA) and the pair gained >= NOTICEABLE
+    relative to the target alone measured beside it in each phase (interleaved per prompt), so a
+    machine that got busier or quieter between the phases does not pass for the drafter's doing."""
     ratio_after = after["tokens_per_s"] / max(after["ar_tokens_per_s"], 1e-9)
     gain = ratio_after / max(before["ratio"], 1e-9)
-    measured = (f"{gain:.2f}x the untrained pair's speed relative to the target alone: "
-                f"{before['ratio']:.2f}x -> {ratio_after:.2f}x the target's tokens/s")
-    drafted_before, drafted_after = before["tokens_per_forward"] > 1.0, after["proposed"] > 0
-    if gain >= NOTICEABLE and drafted_after:
-        return f"a measured improvement on prompts never trained on: {measured}"
-    why = ("the cost model still runs the target alone, so the drafter's change cannot show"
-           if not (drafted_before or drafted_after) else "")
-    return (f"no measured improvement on these prompts ({measured}): one round "
-            f"on {len(result.get('record_ids', ()))} records moves a drafter little"
-            + (f"; {why}" if why else "")
-            + "; the daemon (`omnidraft daemon start`) keeps training with use (scripts/bench_usage.py measures it)")
+    rate = lambda m: m["accepted"] / max(m["proposed"], 1)  # noqa: E731
+    measured = (f"the pair {before['ratio']:.2f}x -> {ratio_after:.2f}x the target alone's tokens/s "
+                f"({gain:.2f}x), acceptance {rate(before):.3f} -> {rate(after):.3f}")
+    if not before["proposed"] or not after["proposed"]:
+        phases = ("both phases" if not before["proposed"] and not after["proposed"] else
+                  "the phase before training" if not before["proposed"] else "the phase after training")
+        why = (f"the cost model ran the target alone in {phases}, so no change of the drafter can show "
+               "(the ratio moved with the machine's noise on the same work)")
+    else:
+        p = _p_rose(before, after)
+        if p >= ALPHA:
+            why = f"acceptance did not rise beyond noise (one-sided p = {p:.2g})"
+        elif gain < NOTICEABLE:
+            why = (f"acceptance rose (one-sided p = {p:.2g}) but the speed relative to the target alone "
+                   f"did not gain {NOTICEABLE - 1:.0%}")
+        else:
+            return f"a measured improvement on prompts never trained on: {measured} (one-sided p = {p:.2g})"
+    return (f"no measured improvement on these prompts ({measured}): {why}; one round on "
+            f"{len(result.get('record_ids', ()))} records moves a drafter little, and the daemon "
+            "(`omnidraft daemon start`) keeps training with use (scripts/bench_usage.py measures it)")
+
+
+def _p_rose(before: dict, after: dict) -> float:
+    """One-sided p-value that the acceptance rate after exceeds the one before by chance alone
+    (pooled two-proportion z-test over drafted tokens)."""
+    n1, n2 = before["proposed"], after["proposed"]
+    p1, p2 = before["accepted"] / n1, after["accepted"] / n2
+    pooled = (before["accepted"] + after["accepted"]) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return 0.0 if p2 > p1 else 1.0
+    return 0.5 * math.erfc((p2 - p1) / se / math.sqrt(2))
 
 
 def _totals(tot: dict) -> dict:
     pair_s = tot["pair_tokens"] / max(tot["pair_wall"], 1e-9)
     alone_s = tot["alone_tokens"] / max(tot["alone_wall"], 1e-9)
     return {"pair": round(pair_s, 3), "alone": round(alone_s, 3), "ratio": round(pair_s / max(alone_s, 1e-9), 3),
-            "tokens_per_forward": round(tot["pair_tokens"] / max(tot["forwards"], 1), 3)}
+            "tokens_per_forward": round(tot["pair_tokens"] / max(tot["forwards"], 1), 3),
+            "proposed": tot["proposed"], "accepted": tot["accepted"]}
 
 
 def _reading(session) -> str:

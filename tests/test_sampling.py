@@ -6,7 +6,7 @@ import torch
 from scipy import stats
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.decode.sampling import SamplingConfig, probs, sample
+from omnidraft.sampling import SamplingConfig, probs, sample
 
 
 def _firsts(stream: str, seeds: range) -> torch.Tensor:

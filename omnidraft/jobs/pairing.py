@@ -33,7 +33,7 @@ def builtin_prompts() -> list[str]:
 def fresh_adapter(session) -> str:
     """Publish version 1 for the session's pair: a LoRA adapter whose B matrices are zero (the
     drafter unchanged) and an untrained acceptance head."""
-    from omnidraft.train.acceptance import AcceptanceHead
+    from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
     if session.base is not None:
@@ -87,7 +87,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
         tot["prompts"] += 1
         say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     say("")
-    out = {"prompts": tot["prompts"], "proposed": tot["proposed"],
+    out = {"prompts": tot["prompts"], "proposed": tot["proposed"], "accepted": tot["accepted"],
            "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
            "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3),
            "decode_tokens_per_s": round(tot["tokens"] / max(tot["decode"], 1e-9), 3),

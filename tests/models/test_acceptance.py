@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from omnidraft.propose.drafter import StopRule
-from omnidraft.train.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.adapters import AdapterStore
 from omnidraft.errors import OmniDraftError

@@ -1,0 +1,96 @@
+"""The package's import graph has no cycle: every `import` counts, at module level, inside a
+function or under TYPE_CHECKING, because a cycle hidden in a function is still a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"omnidraft": "omnidraft", "omnidraft.device": "device", "omnidraft.export": "export",
+            "omnidraft.adapters": "adapters"}  # pyproject.toml's package-dir
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts if p != "__init__"]
+            out[".".join([pkg, *parts])] = path
+    return out
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (a name imported from a package resolves to the
+    submodule of that name if there is one, else to the package)."""
+
+    def owner(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in mods.items():
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("omnidraft"):
+                out |= {owner(f"{node.module}.{a.name}") for a in node.names}
+            elif isinstance(node, ast.Import):
+                out |= {owner(a.name) for a in node.names if a.name.startswith("omnidraft")}
+        graph[name] = out - {None, name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+                on.discard(comp[-1])
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_checker_finds_a_cycle_hidden_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_through_others():
+    mods = modules()
+    assert "omnidraft.propose.registry" in mods and "omnidraft.device.runtime" in mods
+    graph = import_graph(mods)
+    assert "omnidraft.propose.drafter" in graph["omnidraft.propose.registry"]
+    assert not cycles(graph)
+
+
+@pytest.mark.parametrize("lower,higher", [("omnidraft.pairs", "omnidraft.session"),
+                                          ("omnidraft.propose", "omnidraft.decode"),
+                                          ("omnidraft.serve", "omnidraft.pairs"),
+                                          ("omnidraft.models", "omnidraft.device"),
+                                          ("omnidraft.export", "omnidraft.train")])
+def test_a_lower_stage_does_not_import_a_higher_one(lower, higher):
+    graph = import_graph(modules())
+    up = sorted(f"{a} -> {b}" for a, bs in graph.items() if a.startswith(lower + ".")
+                for b in bs if b == higher or b.startswith(higher + "."))
+    assert not up, up
