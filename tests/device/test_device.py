@@ -36,12 +36,12 @@ def _adapter_version(peft_model, head, root, name: str, seed: int):
 
 @pytest.fixture(scope="module")
 def exported(smollm_tok, tmp_path_factory):
-    """One tiny SmolLM2-vocabulary drafter exported fp32, and two trained-looking adapters."""
+    """One tiny SmolLM2-vocabulary drafter (one layer) exported fp32, and two trained-looking adapters."""
     from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.export.lower import ExportConfig, export_drafter
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
-    base = tiny("llama", vocab_len(smollm_tok), seed=1)
+    base = tiny("llama", vocab_len(smollm_tok), seed=1, num_hidden_layers=1)
     root = tmp_path_factory.mktemp("et")
     cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32)
     info = export_drafter(copy.deepcopy(base), root / "prog", cfg, log=lambda s: None)

@@ -18,10 +18,10 @@ pytest.importorskip("executorch")
 
 
 def _export(qwen_tok, tmp_path_factory, quant: str):
-    """The `cross` fixture's tiny qwen2 target (seed 2), exported as a target program."""
+    """A tiny qwen2 target with one layer (seed 2), exported as a target program."""
     from omnidraft.export.lower import ExportConfig, export_target
 
-    base = tiny("qwen2", vocab_len(qwen_tok), seed=2)
+    base = tiny("qwen2", vocab_len(qwen_tok), seed=2, num_hidden_layers=1)
     base.generation_config.eos_token_id = [7, 9]
     out = tmp_path_factory.mktemp("target") / f"prog-{quant}"
     info = export_target(copy.deepcopy(base), out, ExportConfig(drafter="tiny-t", quant=quant, max_seq=128,

@@ -1,23 +1,70 @@
-"""Export one tiny model twice, with one of the lowering's shortcuts and without it."""
+"""The byte-identity tests' programs: a tiny qwen2 drafter or two-method target exported once per
+test session with every shortcut of the lowering (what `omnidraft export` ships), and the same
+model exported again with one shortcut replaced.
+
+The model has one layer and a 1,024-token vocabulary: a program's bytes depend on the ops the
+shortcuts touch, not on depth or vocabulary size, and an export of it takes ~20 s instead of
+~35 s (two layers, Qwen2.5's 151,936 tokens)."""
+
+from __future__ import annotations
 
 import contextlib
 import copy
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
 
-from ..conftest import tiny, vocab_len
+from ..conftest import tiny
 
 
-def programs_with_and_without(shortcut: str, role: str, tok, tmp_path, monkeypatch, seed: int,
-                              module=None, without=contextlib.nullcontext):
-    """The program.pte bytes of a tiny qwen2 ``role`` (drafter, or a two-method target) exported
-    with ``shortcut`` (a name in ``module``, default ``export.lower``) and with it replaced by
-    ``without`` (default a no-op context)."""
+@dataclass
+class Shipped:
+    pte: bytes  # program.pte
+    passes: int  # XNNPACK passes run while lowering
+    children: list  # what export/two_methods._load returned: a target's method lowered in a child
+
+
+def model():
+    return tiny("qwen2", 1024, seed=7, num_hidden_layers=1)
+
+
+def export(role: str, out: Path) -> bytes:
+    """Export ``role`` (drafter, or a two-method target) to ``out``; program.pte's bytes."""
     import omnidraft.export.lower as lower
 
-    base = tiny("qwen2", vocab_len(tok), seed=seed)
     cfg = lower.ExportConfig(drafter="tiny", quant="8da8w", max_seq=128, lora_rank=4, head_width=16,
                              role=role, decode_window=64)
-    export = lower.export_drafter if role == "drafter" else lower.export_target
-    export(copy.deepcopy(base), tmp_path / "with", cfg, log=lambda s: None)
-    monkeypatch.setattr(module or lower, shortcut, without)
-    export(copy.deepcopy(base), tmp_path / "without", cfg, log=lambda s: None)
-    return tuple((tmp_path / d / "program.pte").read_bytes() for d in ("with", "without"))
+    run = lower.export_drafter if role == "drafter" else lower.export_target
+    run(copy.deepcopy(model()), out, cfg, log=lambda s: None)
+    return (out / "program.pte").read_bytes()
+
+
+def ship(role: str, out: Path) -> Shipped:
+    """The shipped export, counting the XNNPACK passes it ran and what two_methods' child returned."""
+    from executorch.backends.xnnpack._passes import XNNPACKPassManager
+
+    import omnidraft.export.two_methods as two_methods
+
+    passes, children = [], []
+    transform, load = XNNPACKPassManager.transform, two_methods._load
+
+    def counted(self):
+        passes.extend(self.passes)
+        return transform(self)
+
+    def loaded(path, mine):
+        children.append(load(path, mine))
+        return children[-1]
+
+    with mock.patch.object(XNNPACKPassManager, "transform", counted), mock.patch.object(two_methods, "_load", loaded):
+        pte = export(role, out)
+    return Shipped(pte, len(passes), children)
+
+
+def without(shortcut: str, role: str, out: Path, monkeypatch, module=None, instead=contextlib.nullcontext) -> bytes:
+    """program.pte of ``role`` exported with ``shortcut`` (a name in ``module``, default
+    export.lower) replaced by ``instead`` (default a no-op context)."""
+    import omnidraft.export.lower as lower
+
+    monkeypatch.setattr(module or lower, shortcut, instead)
+    return export(role, out)

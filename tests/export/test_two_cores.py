@@ -7,7 +7,7 @@ import os
 
 from omnidraft.export.two_cores import _split
 
-from .same_bytes import programs_with_and_without
+from .same_bytes import without
 
 PROGRAMS = {"forward": ["f0", "f1", "f2"], "decode": ["d0", "d1"]}
 SPECS = {"forward": ["a", "b", "c"], "decode": ["d", "e"]}
@@ -42,11 +42,10 @@ def test_a_failed_child_leaves_its_partitions_to_the_parent(monkeypatch):
     assert in_parent == ["f0", "f1", "f2", "d0", "d1"]
 
 
-def test_the_program_is_byte_identical_with_and_without_it(qwen_tok, tmp_path, monkeypatch):
+def test_the_program_is_byte_identical_with_and_without_it(shipped, tmp_path, monkeypatch):
     import omnidraft.export.two_methods as two_methods
 
     # a drafter: one method, its partitions preprocessed on two cores (a target's two methods are
     # lowered side by side instead, export/two_methods.py)
-    with_it, without = programs_with_and_without("preprocess_on_two_cores", "drafter", qwen_tok, tmp_path,
-                                                 monkeypatch, 6, module=two_methods)
-    assert with_it == without
+    program = shipped("drafter")  # first: the shortcut is replaced below
+    assert without("preprocess_on_two_cores", "drafter", tmp_path, monkeypatch, module=two_methods) == program.pte

@@ -13,40 +13,26 @@ import torch
 
 import omnidraft.export.two_methods as two_methods
 
-from .same_bytes import programs_with_and_without
+from .same_bytes import export, without
 
 
 def one_process(names, lower):
     return lower(names)
 
 
-def spy_load(monkeypatch, donor=None) -> list:
-    """What each _load returned, reading with ``donor`` instead of this process's method if given."""
-    real, got = two_methods._load, []
-
-    def load(path, mine):
-        got.append(real(path, donor or mine))
-        return got[-1]
-
-    monkeypatch.setattr(two_methods, "_load", load)
-    return got
+def test_the_program_is_byte_identical_with_and_without_it(shipped, tmp_path, monkeypatch):
+    program = shipped("target")
+    assert len(program.children) == 1 and program.children[0] is not None  # the child lowered "decode"
+    assert without("lower_methods", "target", tmp_path, monkeypatch, instead=one_process) == program.pte
 
 
-def test_the_program_is_byte_identical_with_and_without_it(qwen_tok, tmp_path, monkeypatch):
-    loaded = spy_load(monkeypatch)
-    with_it, without = programs_with_and_without("lower_methods", "target", qwen_tok, tmp_path, monkeypatch,
-                                                 7, without=one_process)
-    assert len(loaded) == 1 and loaded[0] is not None  # the child lowered "decode"
-    assert with_it == without
-
-
-def test_weights_this_process_lacks_leave_the_method_to_it(qwen_tok, tmp_path, monkeypatch):
+def test_weights_this_process_lacks_leave_the_method_to_it(shipped, tmp_path, monkeypatch):
+    program = shipped("target")  # first: _load is replaced below
     nothing = types.SimpleNamespace(graph_module=torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()))
-    loaded = spy_load(monkeypatch, donor=nothing)
-    with_it, without = programs_with_and_without("lower_methods", "target", qwen_tok, tmp_path, monkeypatch,
-                                                 7, without=one_process)
-    assert loaded == [None]
-    assert with_it == without
+    real, got = two_methods._load, []
+    monkeypatch.setattr(two_methods, "_load", lambda path, mine: got.append(real(path, nothing)) or got[-1])
+    assert export("target", tmp_path) == program.pte
+    assert got == [None]
 
 
 def test_a_failing_child_leaves_its_method_to_this_process():

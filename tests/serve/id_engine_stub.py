@@ -23,15 +23,14 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from .background import Background
+from .laws import draw, nucleus
 
 
 def tempered_law(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """[V] logits -> [V] the law vLLM and SGLang sample from: temperature, then the top-p
     nucleus of the tempered probabilities (the fewest likeliest ids reaching top_p)."""
     probs = torch.softmax(logits.float() / temperature, -1)
-    order = probs.argsort(descending=True)
-    cum = probs[order].cumsum(0)
-    keep = order[: int((cum < top_p).sum()) + 1]
+    keep = nucleus(probs, top_p)
     out = torch.zeros_like(probs)
     out[keep] = probs[keep]
     return out / out.sum()
@@ -82,7 +81,7 @@ class IdEngineStub:
         if temperature == 0:
             return int(last.argmax())
         g = torch.Generator().manual_seed(int(seed))
-        return int(torch.multinomial(tempered_law(last, temperature, top_p), 1, generator=g))
+        return draw(tempered_law(last, temperature, top_p), g)
 
     def _logprobs(self, ids: list[int]) -> torch.Tensor:
         """[n, V]: row i is the distribution after ids[:i+1]."""

@@ -25,15 +25,14 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from omnidraft.translate.vocab import token_bytes
 
 from .background import Background
+from .laws import draw, nucleus
 
 
 def engine_law(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """[V] logits -> [V] the law llama-cpp-python samples from: the top-p nucleus of the
     untempered probabilities (the fewest likeliest ids reaching top_p), then temperature."""
     probs = torch.softmax(logits.float(), -1)
-    order = probs.argsort(descending=True)
-    cum = probs[order].cumsum(0)
-    keep = order[: int((cum < top_p).sum()) + 1]
+    keep = nucleus(probs, top_p)
     masked = torch.full_like(probs, float("-inf"))
     masked[keep] = logits.float()[keep] / temperature
     return torch.softmax(masked, -1)
@@ -116,7 +115,7 @@ class LlamaCppStub:
             gen = int(last.argmax())
         else:
             g = torch.Generator().manual_seed(int(body.get("seed", 0)))
-            gen = int(torch.multinomial(engine_law(last, t, body.get("top_p", 0.95)), 1, generator=g))
+            gen = draw(engine_law(last, t, body.get("top_p", 0.95)), g)
         if not self.whole[gen] and gen not in self.eos_ids:
             return JSONResponse({"detail": "llama_decode returned 1"}, status_code=500)
         stop = gen in self.eos_ids
