@@ -49,8 +49,8 @@ class StringDistribution:
         t_sorted = sorted(by_bytes)  # target strings, sorted: a prefix's extensions are one range
         t_ids = [by_bytes[b] for b in t_sorted]
         db = self.vmap.draft_bytes
-        d_order = sorted((i for i in range(self.vd) if db[i]), key=lambda i: db[i])
-        d_sorted = [db[i] for i in d_order]
+        d_order = torch.tensor(sorted((i for i in range(self.vd) if db[i]), key=lambda i: db[i]))  # [n]
+        d_sorted = [db[i] for i in d_order.tolist()]
         maxlen = max(map(len, t_sorted))
         r1 = np.full(self.vd, -1, dtype=np.int64)  # [Vd] longest target prefix of each drafter token
         for i, b in enumerate(db):
@@ -132,7 +132,7 @@ class StringDistribution:
                 a = bisect.bisect_left(d_sorted, rest)
                 b = bisect.bisect_left(d_sorted, rest + b"\xff" * 8)
                 if a < b:
-                    r2[torch.tensor(d_order[a:b])] = t_ids[i]
+                    r2[d_order[a:b]] = t_ids[i]  # a view: no tensor built per extension
             psi.index_add_(0, r2, q2 * float(q[d]))
         return psi
 

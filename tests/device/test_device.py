@@ -202,7 +202,7 @@ def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
     from omnidraft.export.lower import ExportConfig, export_drafter
     from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM
 
-    base = tiny("llama", vocab_len(smollm_tok), seed=3)
+    base = tiny("llama", vocab_len(smollm_tok), seed=3, num_hidden_layers=1)
     ranker = SpecVocabHead(base.get_output_embeddings().weight)
     with torch.no_grad():  # a ranker unlike its SVD initialisation, as after training
         ranker.down.add_(torch.randn_like(ranker.down) * 0.05)
