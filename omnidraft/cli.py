@@ -216,6 +216,7 @@ def _cmd_generate(args) -> int:
     from omnidraft.pairs.cost import for_pair
     from omnidraft.pairs.spec import pair_name
     from omnidraft.propose.config import SpecConfig
+    from omnidraft.propose.lookup import LookupConfig
     from omnidraft.session import DEFAULT_K
     from omnidraft.propose.registry import get
     from omnidraft.translate.state import PairState
@@ -257,7 +258,8 @@ def _cmd_generate(args) -> int:
             result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
                                           max_new_tokens=args.max_new_tokens, sampling=sampling,
                                           verify_mode=verify, chat=args.chat, on_text=on_text,
-                                          draft_length=draft_length)
+                                          draft_length=draft_length,
+                                          lookup=None if args.no_lookup else LookupConfig())
         finally:
             pair.save()  # learned n-grams and hit counts survive, even after Ctrl-C
         if draft_length is not None:
@@ -289,6 +291,10 @@ def format_metrics(m: dict) -> str:
                  f"{m['ngram_hits_per_step']:.2f}, target forwards {m['target_forwards']}, drafter "
                  f"forwards {m['drafter_forwards']}, translation {m['translate_ms_median']:.3f} ms/step"
                  f" median")
+    kinds = m.get("rounds_by_kind", {})
+    if kinds.get("lookup"):
+        line += "\n  rounds: " + ", ".join(f"{kind} {c['rounds']} ({c['accepted']}/{c['proposed']} accepted)"
+                                           for kind, c in sorted(kinds.items()))
     return line
 
 

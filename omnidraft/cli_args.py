@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-k", "--draft-length", type=int, default=None, help="drafter tokens per round "
                      "(the maximum with --confidence). Default: the pair's cost model chooses 0..8 each "
                      "round on this machine, 0 = the target alone when drafting would not pay")
+    gen.add_argument("--no-lookup", action="store_true", help="never propose ids copied from the "
+                     "context (by default a round may verify a continuation copied from the prompt or "
+                     "output instead of drafting, where the cost model prefers it)")
     gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
                      "the drafter gives probability below this (e.g. 0.4)")
     gen.add_argument("--verify", choices=["rejection", "point-mass"], default=None,

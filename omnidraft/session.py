@@ -16,11 +16,13 @@ from typing import Generator, Iterator
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import Result, stream_speculative
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
+from omnidraft.decode.text import encode_prompt
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir,
                                   save_spec)
 from omnidraft.sampling import SamplingConfig
 from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import STRATEGIES, get
 
 DEFAULT_K = 4  # drafter tokens per round where no cost model applies (a remote target)
@@ -49,6 +51,9 @@ class Session:
     Generations are independent: two ``stream`` generators may be interleaved (an eager drafter
     and a local target fork their caches per generation; an ExecuTorch drafter or a remote
     target refuses a second generation while one is in flight, with a clear error).
+    ``lookup`` (default on): rounds may verify ids copied from the context instead of drafting
+    (propose/lookup.py), where the cost model prefers them; the context is the prompt, the output
+    so far and the earlier turns of this session (``new_conversation()`` forgets them).
     """
 
     def __init__(self, drafter: str = DEFAULT_DRAFTER, target: str = "qwen2.5-coder-0.5b", *,
@@ -58,7 +63,7 @@ class Session:
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "auto",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None,
                  target_runtime: str = "auto", target_model: str | None = None, target_context: int = 2048,
-                 target_engine: str | None = None):
+                 target_engine: str | None = None, lookup: bool = True):
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.device.threads import set_threads
         from omnidraft.models.loading import load_tokenizer
@@ -110,6 +115,8 @@ class Session:
         self.has_head = False
         self.log = VerificationLog(log_path()) if log else None
         self.last: Result | None = None
+        self.lookup = LookupConfig() if lookup else None
+        self.turns: list[int] = []  # target ids of this conversation's earlier prompts and answers
         self.refresh()
 
     def _draft_length(self, k: int | None, max_k: int, target_dtype: str):
@@ -185,11 +192,14 @@ class Session:
                 self.drafter, self.target, self.pair, prompt, cfg=self.adaptive if adaptive else self.cfg,
                 max_new_tokens=max_new_tokens, sampling=self.sampling, verify_mode=self.verify, chat=chat,
                 record_topk=self.record_topk if self.log is not None else 0, head=self.head,
-                draft_length=None if adaptive else self.draft_length)
+                draft_length=None if adaptive else self.draft_length, lookup=self.lookup, earlier=self.turns)
         finally:
             self.pair.save()
             self.save_cost()
         self.last = result
+        if self.lookup is not None:  # the next turn may copy from this one
+            self.turns = (self.turns + encode_prompt(self.target_tok, prompt, chat=chat)
+                          + result.token_ids)[-self.lookup.max_tokens:]
         if self.engine_choice is not None:
             self.engine_choice.observe(False, result.metrics["new_tokens"], result.metrics["wall_s"])
         if self.log is not None and result.record is not None:
@@ -201,7 +211,6 @@ class Session:
         no training record (nothing was verified). metrics["engine_alone"] says so."""
         from omnidraft.decode.generate import check_budget
         from omnidraft.decode.metrics import Metrics
-        from omnidraft.decode.text import encode_prompt
 
         ids = encode_prompt(self.target_tok, prompt, chat=chat)
         alone = yield from self.target.stream_alone(ids, check_budget(ids, max_new_tokens, self.target))
@@ -209,6 +218,10 @@ class Session:
         m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
         return Result(alone.text, self.target_tok(alone.text, add_special_tokens=False).input_ids,
                       {**m.summary(), "verify": None, "lossless": True, "engine_alone": True}, m)
+
+    def new_conversation(self) -> None:
+        """Forget the earlier turns: later generations copy only from their own prompt and output."""
+        self.turns = []
 
     @contextmanager
     def pair_only(self) -> Iterator["Session"]:

@@ -112,6 +112,28 @@ def test_interleaved_session_streams_are_each_the_targets(home, models, qwen_tok
     sampled.close()
 
 
+def test_a_later_turn_copies_from_an_earlier_one(home, models):
+    """Earlier turns are context to copy from: asked again, the session proposes its earlier
+    answer and the target accepts it; a new conversation forgets it."""
+    from omnidraft import Session
+
+    drafter, target = models
+    s = Session(drafter, target, target_dtype="fp32", log=False, k=4)
+    first = s.generate(PROMPTS[0], max_new_tokens=24)
+    again = s.generate(PROMPTS[0], max_new_tokens=24)
+    copied = again.metrics["rounds_by_kind"]["lookup"]["accepted"]
+    assert again.token_ids == first.token_ids and copied >= len(first.token_ids) // 2
+    s.new_conversation()
+    fresh = s.generate(PROMPTS[0], max_new_tokens=24)
+    assert fresh.token_ids == first.token_ids
+    assert fresh.metrics["rounds_by_kind"].get("lookup", {"accepted": 0})["accepted"] < copied
+    off = Session(drafter, target, target_dtype="fp32", log=False, k=4, lookup=False)
+    off.generate(PROMPTS[0], max_new_tokens=8)
+    assert "lookup" not in off.generate(PROMPTS[0], max_new_tokens=8).metrics["rounds_by_kind"]
+    s.close()
+    off.close()
+
+
 @pytest.fixture()
 def self_pair(home, models, tmp_path):
     """Drafter == target (same tiny model and tokenizer): the records are the drafter's own greedy

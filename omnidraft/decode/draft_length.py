@@ -10,6 +10,12 @@ the next generation after ``probe_soon()`` (a new adapter was published, say) an
 ``probe_every``-th generation start with ``probe_rounds`` rounds at the best positive k (a
 probe costs about one generation in eight its speed in ten) and then decide again.
 
+A round may instead verify ids copied from the context (propose/lookup.py: no drafter forward).
+``lookup_span`` says how many of a found continuation to verify, or 0 to draft as usual: the
+cost model compares the copy's expected tokens per second, from the acceptance per position that
+earlier lookup rounds after a match of the same length saw (a hopeful prior before any), with
+what drafting (or the target alone) is predicted to give.
+
 Knows the cost model's interface; nothing about models, strategies or timing.
 """
 
@@ -33,9 +39,19 @@ class DraftLength(Protocol):
     def probe_soon(self) -> None:
         """The drafter changed (a new adapter): look at its acceptance again soon."""
 
+    def lookup_span(self, match: int, available: int) -> int:
+        """Ids to verify this round from a continuation of ``available`` ids copied from the
+        context after a ``match``-id suffix; 0: draft (or decode alone) instead."""
+
+    def observe_lookup(self, match: int, proposed: int, accepted: int) -> None:
+        """A lookup round after a ``match``-id suffix proposed ``proposed`` ids, ``accepted`` kept."""
+
 
 @dataclass
 class FixedK:
+    """``k`` drafter tokens every round; a lookup round verifies up to ``k`` copied ids (k = 0:
+    the target alone, no lookup either)."""
+
     k: int
 
     def start(self) -> None:
@@ -49,6 +65,15 @@ class FixedK:
 
     def observe(self, proposed: int, accepted: int) -> None:
         pass
+
+    def lookup_span(self, match: int, available: int) -> int:
+        return min(available, self.k)
+
+    def observe_lookup(self, match: int, proposed: int, accepted: int) -> None:
+        pass
+
+
+LOOKUP_PRIOR = (0.6, 2.0)  # (rate, weight): a lookup of an unseen match length is tried hopefully
 
 
 class CostModelK:
@@ -70,6 +95,8 @@ class CostModelK:
         self.probe_left = 0
         self.pinned: int | None = None  # fixed(): a draft length pairing measures acceptance with
         self.k = 0
+        # lookup rounds by match length: per position, rounds that reached it and that accepted it
+        self.lookup_counts: dict[int, tuple[list[float], list[float]]] = {}
         self.reestimate()
 
     # ------------------------------------------------------------------ the estimate
@@ -137,10 +164,37 @@ class CostModelK:
         self.probe_left = max(0, self.probe_left - 1)
         self.reestimate()
 
+    def lookup_rates(self, match: int) -> list[float]:
+        """Acceptance per position of lookup rounds after a ``match``-id suffix, each pulled
+        toward LOOKUP_PRIOR by its weight (no evidence: the prior alone)."""
+        rate, weight = LOOKUP_PRIOR
+        reached, accepted = self.lookup_counts.get(match, ([], []))
+        return [(a + rate * weight) / (n + weight) for a, n in zip(accepted, reached)] or [rate]
+
+    def lookup_span(self, match: int, available: int) -> int:
+        if self.pinned is not None or available < 1:  # pairing measures the drafter
+            return 0
+        rates = self.lookup_rates(match)
+        best = max(range(1, available + 1), key=lambda n: self.model.copied_tokens_per_s(rates, n))
+        drafting = self.model.tokens_per_s(self.rates(), self.next_k())
+        return best if self.model.copied_tokens_per_s(rates, best) > drafting else 0
+
+    def observe_lookup(self, match: int, proposed: int, accepted: int) -> None:
+        reached, acc = self.lookup_counts.setdefault(match, ([], []))
+        for i in range(min(proposed, accepted + 1)):
+            if i == len(reached):
+                reached.append(0.0)
+                acc.append(0.0)
+            reached[i] += 1
+            acc[i] += i < accepted
+        if reached and reached[0] > self.memory:
+            self.lookup_counts[match] = ([n / 2 for n in reached], [a / 2 for a in acc])
+
     def state(self) -> dict:
         """What the model currently reads: its k, predicted tokens/s and acceptance per position."""
         best = self.best_positive()
         return {"k": self.k, "predicted_tokens_per_s": round(self.predicted, 3),
                 "target_alone_tokens_per_s": round(self.model.tokens_per_s([], 0), 3), "best_k": best,
                 "best_k_tokens_per_s": round(self.model.tokens_per_s(self.rates(), best), 3),
-                "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left)}
+                "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left),
+                "lookup_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m)] for m in sorted(self.lookup_counts)}}

@@ -26,6 +26,7 @@ from omnidraft.decode.text import Detokenizer, drained, encode_prompt, model_eos
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.lookup import ContextIndex, LookupConfig
 from omnidraft.propose.registry import get
 from omnidraft.train.records import build_record
 from omnidraft.translate.reverse import DraftContext
@@ -91,7 +92,8 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
                          verify_mode: str | None = None, chat: bool = False,
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
                          head=None, draft_length: DraftLength | None = None,
-                         on_round: Callable[[Round], None] | None = None) -> Result:
+                         on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
+                         earlier: list[int] | None = None) -> Result:
     """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar).
 
     ``target``: a model (any LM: verified in-process by a LocalTarget) or any Target (e.g.
@@ -102,6 +104,8 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
     ``draft_length``: how many tokens each round drafts (default ``cfg.k`` every round; a
     ``CostModelK`` chooses it by the cost model, 0 when the target alone is faster).
     ``on_round``: called with every round as it commits (e.g. decode/rejections.py).
+    ``lookup``: also propose ids copied from the context (propose/lookup.py) where the draft
+    length's cost model prefers them; ``earlier``: target ids of earlier turns to copy from too.
     """
     if not get(cfg.strategy).speculative:
         if hasattr(target, "verify"):
@@ -112,7 +116,7 @@ def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecCon
     pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
                                 sampling=sampling, verify_mode=verify_mode, chat=chat,
                                 record_topk=record_topk, head=head, draft_length=draft_length,
-                                on_round=on_round)
+                                on_round=on_round, lookup=lookup, earlier=earlier)
     return drained(pieces, on_text)
 
 
@@ -120,7 +124,8 @@ def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfi
                        max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
                        verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
                        head=None, draft_length: DraftLength | None = None,
-                       on_round: Callable[[Round], None] | None = None) -> Generator[str, None, Result]:
+                       on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
+                       earlier: list[int] | None = None) -> Generator[str, None, Result]:
     """generate_speculative as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``).
 
@@ -145,7 +150,8 @@ def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfi
         proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
         rounds = decode(proposer, verifier, ctx, target_ids, k=draft_length or FixedK(cfg.k),
-                        max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids))
+                        max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids),
+                        lookup=None if lookup is None else ContextIndex(lookup, earlier))
 
         def committed() -> Iterator[list[int]]:  # each round folded into metrics and record rows
             for rnd in rounds:

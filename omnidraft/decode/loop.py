@@ -1,10 +1,12 @@
 """Cross-vocabulary speculative decoding (OmniDraft Algorithm 1): the one decode loop.
 
 Each round reads top to bottom: draft -> translate (the proposer) -> verify (the target) ->
-accept -> reverse translation and cache update, and yields one ``Round``. Callers fold rounds
-into metrics, text and training records. Knows the stages' interfaces (Proposer, Target,
-DraftContext); the stages live in propose/, translate/ and decode/target.py. The drafter and
-target KV caches persist across rounds.
+accept -> reverse translation and cache update, and yields one ``Round``. A round may propose
+ids copied from the context instead (propose/lookup.py: target ids, so no draft and no
+translation) when the draft length's cost model says the copy pays more than drafting. Callers
+fold rounds into metrics, text and training records. Knows the stages' interfaces (Proposer,
+Target, DraftContext, ContextIndex); the stages live in propose/, translate/ and
+decode/target.py. The drafter and target KV caches persist across rounds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from omnidraft.decode.draft_length import DraftLength
 from omnidraft.decode.target import Target
 from omnidraft.decode.verify import Verdict
 from omnidraft.propose.base import DraftState, Proposer
+from omnidraft.propose.lookup import ContextIndex
 from omnidraft.translate.proposal import Proposal
 from omnidraft.translate.reverse import DraftContext
 
@@ -35,15 +38,22 @@ class Round:
     round_s: float  # the whole round
     prefill_s: float  # the target's prompt prefill before the first round
     elapsed_s: float  # since the loop started, prefill included
+    kind: str = "drafter"  # who proposed: the proposer's kind ("drafter"; "lookup" for copies from
+    #                        the context, also when the loop took one instead of drafting) or "none"
+    match: int = 0  # lookup rounds: the length of the suffix that matched
 
 
 def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: list[int], *,
-           k: DraftLength, max_new_tokens: int, stop: set[int]) -> Iterator[Round]:
+           k: DraftLength, max_new_tokens: int, stop: set[int], lookup: ContextIndex | None = None) -> Iterator[Round]:
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
 
     ``k`` says how many drafter tokens each round drafts (decode/draft_length.py) and sees what
     each round accepted; a round of 0 is the target decoding one token alone (its token is
     translated back into the drafter's context when a later round drafts, or at the end).
+    ``lookup``: the context's index (prompt and committed ids are synced into it each round);
+    where its suffix occurred before, ``k.lookup_span`` may take the copied continuation as the
+    round's proposal, a point mass (exact under either verify rule). Such a round is, for the
+    drafter, a round without a draft.
 
     ``max_new_tokens`` counts target tokens and must fit the target's context window after the
     prompt (generate.check_budget). Each round drafts at most what can still be committed and
@@ -62,18 +72,28 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
             round_t0 = time.perf_counter()
             # room: tokens this round can still commit beyond the correction/bonus, and the window
             target_room = target.max_length - len(state.committed)  # verify feeds pending + proposal
-            k_round = max(0, min(k.next_k(), max_new_tokens - produced - 1, target_room))
+            room = max(0, min(max_new_tokens - produced - 1, target_room))
+            # 0. a copy from the context, when one is found and the cost model prefers it
+            match = _look_up(lookup, state.committed, room)
+            span = k.lookup_span(match.length, len(match.continuation)) if match else 0
+            k_round = 0 if span else min(k.next_k(), room)
             # 1. draft and 2. translate: target ids (+ q' for rejection sampling); the drafter's
             # context first takes in what rounds without a draft committed
             if k_round:
                 _translate_back(proposer, state, behind)
             caught_up_s = time.perf_counter() - round_t0
-            prop = proposer.propose(state, k_round) if k_round else state.empty()
+            if span:
+                prop = state.copied(match.continuation[:span])
+            else:
+                prop = proposer.propose(state, k_round) if k_round else state.empty()
             if len(prop.target_ids) > target_room:  # a split n-gram can outgrow the drafts
                 prop = prop.prefix(target_room)
             # 3. verify (one target forward)
             verdict = target.verify(prop.target_ids, prop.q)
-            k.observe(len(prop.target_ids), verdict.accepted)
+            if span:
+                k.observe_lookup(match.length, len(prop.target_ids), verdict.accepted)
+            else:
+                k.observe(len(prop.target_ids), verdict.accepted)
             # 4. accept: the kept prefix plus the correction/bonus token, cut at a stop id or budget
             new = prop.target_ids[: verdict.accepted] + [verdict.token]
             for j, t in enumerate(new):
@@ -92,12 +112,21 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
                 _translate_back(proposer, state, behind)
             now = time.perf_counter()
             produced += len(new)
+            kind = "lookup" if span else proposer.kind if k_round else "none"
             yield Round(new, prop, verdict, rows, caught_up_s + prop.translate_s + now - back_t0,
-                        now - round_t0, prefill_s, now - t0)
+                        now - round_t0, prefill_s, now - t0, kind, match.length if span else 0)
             if new[-1] in stop:
                 break
     finally:  # the drafter's context is whole when the loop ends (a training record reads it)
         _translate_back(proposer, state, behind)
+
+
+def _look_up(lookup: ContextIndex | None, committed: list[int], room: int):
+    """The context's latest earlier match and up to ``room`` ids that followed it, if any."""
+    if lookup is None or room < 1:
+        return None
+    lookup.sync(committed)
+    return lookup.find(room)
 
 
 def _translate_back(proposer: Proposer, state: DraftState, behind: list[int]) -> None:

@@ -29,8 +29,9 @@ class Metrics:
     wall_s: float = 0.0
     translate_ms: list[float] = field(default_factory=list)  # per step: map + reverse + cache update
     step_ms: list[float] = field(default_factory=list)  # per step: whole round
-    reached: list[int] = field(default_factory=list)  # [i]: rounds that proposed position i with 0..i-1 accepted
+    reached: list[int] = field(default_factory=list)  # [i]: drafter rounds that proposed position i with 0..i-1 accepted
     position_accepted: list[int] = field(default_factory=list)  # [i]: of those, rounds that accepted i
+    kinds: dict[str, list[int]] = field(default_factory=dict)  # round kind -> [rounds, proposed, accepted]
 
     def add(self, r: "Round") -> None:
         """Fold one speculative round in."""
@@ -45,7 +46,12 @@ class Metrics:
         self.drafter_forwards += prop.drafter_forwards
         self.translate_ms.append(r.translate_s * 1e3)
         self.step_ms.append(r.round_s * 1e3)
-        for i in range(min(len(prop.target_ids), r.verdict.accepted + 1)):
+        kind = self.kinds.setdefault(r.kind, [0, 0, 0])
+        kind[0] += 1
+        kind[1] += len(prop.target_ids)
+        kind[2] += r.verdict.accepted
+        # positions: the drafter's acceptance (what its cost model reads), not the copies'
+        for i in range(min(len(prop.target_ids), r.verdict.accepted + 1) if r.kind == "drafter" else 0):
             if i == len(self.reached):
                 self.reached.append(0)
                 self.position_accepted.append(0)
@@ -77,6 +83,7 @@ class Metrics:
             "decode_tokens_per_s": round(self.new_tokens / decode_s, 3),
             "translate_ms_median": med(self.translate_ms),
             "step_ms_median": med(self.step_ms),
+            "rounds_by_kind": {k: {"rounds": n, "proposed": p, "accepted": a} for k, (n, p, a) in self.kinds.items()},
             "position_acceptance": [round(a / n, 4) for a, n in zip(self.position_accepted, self.reached)],
             "position_reached": list(self.reached),
             "position_accepted": list(self.position_accepted),

@@ -67,10 +67,11 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
             m = session.last.metrics
             if not n % 2:
                 a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
+            drafted = m.get("rounds_by_kind", {}).get("drafter", {"proposed": 0, "accepted": 0})
             for key, src, mm in (("pair_tokens", "new_tokens", m), ("pair_wall", "wall_s", m),
                                  ("alone_tokens", "new_tokens", a), ("alone_wall", "wall_s", a),
-                                 ("forwards", "target_forwards", m), ("proposed", "proposed", m),
-                                 ("accepted", "accepted", m)):
+                                 ("forwards", "target_forwards", m), ("proposed", "proposed", drafted),
+                                 ("accepted", "accepted", drafted)):
                 tot[key] += mm[src]
             say(f"\n[pair {m['tokens_per_s']:.1f} tokens/s ({m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
                 f"tokens per target forward) | target alone {a['tokens_per_s']:.1f} tokens/s]")

@@ -70,8 +70,9 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
         tot["tokens"] += m["new_tokens"]
         tot["wall"] += m["wall_s"]
         tot["decode"] += m["wall_s"] - m["prefill_s"]
-        tot["proposed"] += m["proposed"]
-        tot["accepted"] += m["accepted"]
+        drafted = m.get("rounds_by_kind", {}).get("drafter", {"proposed": 0, "accepted": 0})
+        tot["proposed"] += drafted["proposed"]  # the drafter's acceptance, not the copies'
+        tot["accepted"] += drafted["accepted"]
         tot["forwards"] += m["target_forwards"]
         if m["translate_ms_median"] is not None and m["proposed"]:
             translate.append(m["translate_ms_median"])

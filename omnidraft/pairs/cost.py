@@ -118,6 +118,10 @@ class CostModel:
             return 1e3 / self.v(1)
         return 1e3 * self.expected_tokens(accept, k) / (self.v(k + 1) + k * self.drafter_ms + self.translate_ms)
 
+    def copied_tokens_per_s(self, accept: list[float], n: int) -> float:
+        """A round verifying ``n`` ids copied from the context: no drafter, no translation."""
+        return 1e3 * self.expected_tokens(accept, n) / self.v(n + 1)
+
     def choose(self, accept: list[float], k_max: int = 8, margin: float = MARGIN) -> tuple[int, float]:
         """(the best k in 0..k_max, its predicted tokens/s); 0 = plain decoding wins, also when
         the best k is predicted less than ``margin`` times faster than it."""

@@ -30,8 +30,20 @@ class DraftState:
         """A proposal of no tokens (the target decodes alone this round)."""
         return Proposal(q=torch.zeros(0, self.target_vocab) if self.needs_q else None)
 
+    def copied(self, ids: list[int]) -> Proposal:
+        """Target ids copied from the context: a point mass on each (q' one-hot rows when the
+        verifier samples by rejection, which then accepts id x with probability p(x) and
+        resamples from p without x: the point-mass rule, exact)."""
+        prop = Proposal.direct(ids)
+        if self.needs_q:
+            prop.q = torch.zeros(len(ids), self.target_vocab).scatter_(
+                1, torch.tensor(ids).unsqueeze(1), 1.0)  # [m, Vt]
+        return prop
+
 
 class Proposer(Protocol):
+    kind: str  # what a round it proposes is reported as: "drafter", or "lookup" (copied from the context)
+
     def propose(self, state: DraftState, k: int) -> Proposal:
         """At most ``k`` (>= 1) drafter tokens' worth of target ids; fewer near the drafter's
         window end, none when nothing translates. ``Proposal.q`` is set iff ``state.needs_q``."""

@@ -16,6 +16,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.propose.base import Proposer
 from omnidraft.propose.drafter import Drafter
+from omnidraft.propose.lookup import LookupProposer
 from omnidraft.propose.slrs import SLRSProposer, StringDistribution
 from omnidraft.propose.translating import TranslatingProposer
 from omnidraft.translate.strings import StringTranslator
@@ -73,6 +74,8 @@ _ALL = (
              summary="TokenTiming: the slem proposal aligned by dynamic token warping"),
     Strategy("slrs", _slrs, exact_q=True,
              summary="string-level rejection sampling over the drafter's string distribution"),
+    Strategy("lookup", lambda *a: LookupProposer(), exact_q=True,
+             summary="ids copied from the context where its suffix occurred before (no drafter)"),
 )
 REGISTRY: dict[str, Strategy] = {s.name: s for s in _ALL}
 STRATEGIES = tuple(REGISTRY)

@@ -138,6 +138,7 @@ class StringDistribution:
 
 
 class SLRSProposer:
+    kind = "drafter"
     """One generation's `slrs` proposer: target tokens drawn from psi, each conditioning the
     drafter on the text of the ones before (q' = psi, exact)."""
 

@@ -23,6 +23,8 @@ from omnidraft.translate.reverse import LEARN_WINDOW, learn_ngrams
 
 
 class TranslatingProposer:
+    kind = "drafter"
+
     def __init__(self, drafter: Drafter, translator, rule=None, learn: NgramCache | None = None):
         """``translator``: translate / viable / proposal_dists (translate/token.py, strings.py).
         ``rule``: the drafter's stopping rule or None; ``learn``: the n-gram cache to learn

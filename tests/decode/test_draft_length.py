@@ -109,3 +109,49 @@ def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
         got = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8), max_new_tokens=32,
                                    draft_length=dl)
         assert got.token_ids == ref.token_ids
+
+
+def test_a_copy_found_in_the_context_is_verified_where_the_cost_model_prefers_it():
+    dl = CostModelK(CHEAP, reached=[100, 90], accepted=[60, 40])  # drafting pays a little
+    span = dl.lookup_span(4, 12)  # no evidence about copies: the hopeful prior tries one
+    assert 1 <= span <= 12
+    for _ in range(40):  # copies after a 4-id match keep failing at their first id
+        dl.observe_lookup(4, span, 0)
+    assert dl.lookup_span(4, 12) == 0  # so the drafter drafts
+    assert dl.lookup_span(7, 12) > 0  # other match lengths are judged apart
+    for _ in range(40):  # copies after a 7-id match are accepted whole: longer spans pay
+        dl.observe_lookup(7, 8, 8)
+    assert dl.lookup_span(7, 12) >= 8 and dl.state()["lookup_acceptance"][7][0] > 0.9
+    with dl.fixed(3):  # pairing measures the drafter: no copies
+        assert dl.lookup_span(7, 12) == 0
+
+
+def test_copies_are_not_taken_where_verification_does_not_batch():
+    dl = CostModelK(LINEAR, reached=[100], accepted=[95])
+    for _ in range(40):
+        dl.observe_lookup(3, 4, 1)  # a quarter accepted: 1.25 tokens for the price of 2+ calls
+    assert dl.lookup_span(3, 8) == 0
+
+
+def test_a_fixed_draft_length_verifies_at_most_k_copied_ids():
+    assert FixedK(4).lookup_span(3, 10) == 4 and FixedK(4).lookup_span(3, 2) == 2
+    assert FixedK(0).lookup_span(3, 10) == 0  # the target alone, copies included
+
+
+def test_copies_mixed_with_drafts_keep_greedy_output_the_targets(cross):
+    """A prompt that repeats itself: rounds copy from it, rounds draft, and the output is the
+    target's own; the metrics count each kind of round."""
+    from omnidraft.propose.lookup import LookupConfig
+
+    d, t, pair = cross
+    prompt = "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny ="
+    ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=32)
+    rounds = []
+    got = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=32,
+                               lookup=LookupConfig(min_match=2), on_round=rounds.append)
+    kinds = got.metrics["rounds_by_kind"]
+    assert got.token_ids == ref.token_ids
+    assert kinds["lookup"]["rounds"] > 0 and sum(k["rounds"] for k in kinds.values()) == len(rounds)
+    copies = [r for r in rounds if r.kind == "lookup"]
+    assert all(r.proposal.drafter_forwards == 0 and r.match >= 2 for r in copies)  # a copy drafts nothing
+    assert kinds["lookup"]["accepted"] == sum(r.verdict.accepted for r in copies)

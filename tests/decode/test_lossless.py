@@ -1,6 +1,7 @@
 """Statistical losslessness: for every strategy and every verify mode modes.py calls lossless, at
-T=1, T=0.7 and top-p 0.9, with a seed per draw and without one, the first three generated tokens
-are distributed as the target's own sampling.
+T=1, T=0.7 and top-p 0.9, with a seed per draw and without one, and with rounds that verify ids
+copied from the context mixed in (the default), the first three generated tokens are distributed
+as the target's own sampling.
 
 The pair is a cross-vocabulary one (SmolLM2 tokenizer -> Qwen2.5 tokenizer) of random neural
 bigram LMs (tests/bigram.py) that favour the same strings, including a drafter token with no
@@ -27,6 +28,7 @@ from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossles
 from omnidraft.translate.state import PairState
 from omnidraft.sampling import SamplingConfig, probs
 from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import STRATEGIES
 
 from ..bigram import BigramLM
@@ -36,6 +38,7 @@ ALPHA = 1e-4  # per position; seeded tests are deterministic, unseeded ones flak
 TV = 0.05  # the shift position 1 must detect with power POWER: sets each test's number of draws
 POWER = 0.8
 PROMPT = "def add(a, b):"
+COPY_PROMPT = "a = b\nb = a\na = b\nb = a\na ="  # its suffixes recur: lookup rounds copy what followed them
 PREFERENCES = {" the": 0.8, "\n": 0.72, "(": 0.6, "\n    ": 0.56, " x": 0.48, ")": 0.4, " =": 0.4,
                "):\n": 0.4, "    ": 0.32, " Eiffel": 0.28, " return": 0.24, ":": 0.2, "é": 0.16,
                "def": 0.12, " a": 0.4, " b": 0.4, " +": 0.32, "1": 0.24, " if": 0.2, " in": 0.28,
@@ -132,21 +135,33 @@ def _position_test(target, sampling, contexts: dict[int, list[int]]) -> tuple[fl
     return pvalue, _detectable_tv(power, dof), sum(len(v) for v in contexts.values())
 
 
-@pytest.mark.parametrize("strategy,mode,sampling_name,seeded", list(lossless_cases()))
-def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampling_name, seeded):
+def cases():
+    """Every lossless case, then rounds that mix copies from the context with drafts (the
+    default): a point mass under both verify rules, seeded and not."""
+    for case in lossless_cases():
+        yield *case, False
+    yield "omnidraft", "point-mass", "T0.7", True, True
+    yield "omnidraft", "point-mass", "top-p0.9", False, True
+    yield "tli", "rejection", "T1", True, True
+
+
+@pytest.mark.parametrize("strategy,mode,sampling_name,seeded,copies", list(cases()))
+def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampling_name, seeded, copies):
     d, t, pair = bigram_pair
     temperature, top_p = SAMPLINGS[sampling_name]
-    last = pair.target_tok(PROMPT)["input_ids"][-1]
+    prompt = COPY_PROMPT if copies or strategy == "lookup" else PROMPT
+    last = pair.target_tok(prompt)["input_ids"][-1]
     draws = _draws_for(probs(t.logits_after([last])[0], SamplingConfig(temperature=temperature, top_p=top_p)))
     positions = [defaultdict(list) for _ in range(3)]  # position j: x_{j-1} -> draws
-    proposed = accepted = 0
+    proposed = accepted = copied = 0
     for s in range(draws):
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=s if seeded else None)
-        out = generate_speculative(d, t, pair, PROMPT, cfg=SpecConfig(strategy, k=3), max_new_tokens=3,
-                                   sampling=sampling, verify_mode=mode)
+        out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=3), max_new_tokens=3,
+                                   sampling=sampling, verify_mode=mode, lookup=LookupConfig() if copies else None)
         assert out.lossless
         proposed += out.metrics["proposed"]
         accepted += out.metrics["accepted"]
+        copied += out.metrics["rounds_by_kind"].get("lookup", {}).get("accepted", 0)
         prev = last
         for j, x in enumerate(out.token_ids):
             positions[j][prev].append(x)
@@ -159,6 +174,7 @@ def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampl
         print(f"{strategy}/{mode}/{sampling_name}/{'seeded' if seeded else 'unseeded'} position {j + 1}: "
               f"{n} draws, p = {pvalue:.3g}, detects TV >= {tv:.3f}")
     assert accepted >= 20, (accepted, proposed)  # acceptance and bonus paths were exercised
+    assert (copied >= 20) == (copies or strategy == "lookup"), copied  # copies verified and accepted where asked
     assert report[0][2] <= TV * 1.01, report
     bad = [r for r in report if r[1] < ALPHA]
     assert not bad, report

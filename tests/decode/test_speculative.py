@@ -102,8 +102,8 @@ def test_empty_proposals_under_every_mode(smollm_tok, qwen_tok, bigram_cross, st
         out = generate_speculative(d, t, pair, "def f(x):", cfg=SpecConfig(strategy, k=4),
                                    max_new_tokens=8, sampling=sampling, verify_mode=mode)
         assert len(out.token_ids) == 8
-        if strategy not in ("slrs", "tli"):  # slrs drafts target tokens from the string
-            assert out.metrics["proposed"] == 0  # distribution; tli drafts mapped tokens only
+        if strategy not in ("slrs", "tli", "lookup"):  # slrs drafts target tokens from the string
+            assert out.metrics["proposed"] == 0  # distribution; tli drafts mapped tokens only; lookup copies
         if sampling.greedy:
             ref = generate_ar(t, pair.target_tok, "def f(x):", max_new_tokens=8)
             assert out.token_ids == ref.token_ids
@@ -240,7 +240,7 @@ def test_metrics_position_counters():
     for proposed, accepted in ((4, 4), (4, 1), (3, 0), (0, 0), (2, 2)):
         prop = NS(target_ids=list(range(proposed)), ngram_count=0, from_cache=[False] * proposed, drafter_forwards=proposed)
         m.add(NS(committed=[0] * (accepted + 1), proposal=prop, verdict=NS(accepted=accepted), translate_s=0.0,
-                 round_s=0.01, prefill_s=0.0, elapsed_s=0.1))
+                 round_s=0.01, prefill_s=0.0, elapsed_s=0.1, kind="drafter"))
     # position 0: reached by the 4 rounds that proposed something, accepted in 3
     assert m.reached == [4, 3, 1, 1] and m.position_accepted == [3, 2, 1, 1]
     assert m.summary()["position_acceptance"] == [0.75, 0.6667, 1.0, 1.0]
@@ -286,6 +286,8 @@ def test_rounds_without_a_draft_reach_the_drafter_before_it_drafts_and_by_the_en
     seen: list[tuple[bytes, bytes]] = []
 
     class Spy:
+        kind = "drafter"
+
         def propose(self, state, k):
             seen.append((spelled(state.ctx), committed_bytes(state.generated)))
             return inner.propose(state, k)

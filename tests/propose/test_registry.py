@@ -36,14 +36,16 @@ def _state(pair, prompt: str, needs_q: bool, vt: int) -> DraftState:
 @pytest.mark.parametrize("needs_q", [False, True])
 def test_every_proposer_keeps_the_protocol(cross, strategy, needs_q):
     """At most k drafter tokens' worth of target ids, q' [m, Vt] exactly when the verifier needs
-    it, the drafter forwards counted, and ``observe`` accepting the committed ids."""
+    it, the drafter forwards counted (none for copies from the context), and ``observe``
+    accepting the committed ids."""
     d, t, pair = cross
     proposer = get(strategy).proposer(pair, d.fork(), T1, SpecConfig(strategy, k=4))
     state = _state(pair, "def add(a, b):\n", needs_q, t.vocab_size)
     prop = proposer.propose(state, 4)
     m = len(prop.target_ids)
     assert all(0 <= i < t.vocab_size for i in prop.target_ids)
-    assert 1 <= prop.drafter_forwards and prop.translate_s >= 0.0
+    assert (prop.drafter_forwards >= 1) == (proposer.kind == "drafter")  # a copy from the context drafts nothing
+    assert prop.translate_s >= 0.0
     if needs_q:
         assert tuple(prop.q.shape) == (m, t.vocab_size)
         assert torch.all(prop.q >= 0) and torch.all(prop.q.sum(-1) <= 1 + 1e-4)
@@ -65,6 +67,8 @@ def test_registry_names_every_choice_and_rejects_unknown_names():
 class _LastTokenProposer:
     """A strategy with no drafter at all: propose the last committed target token k times
     (prompt-lookup style). Not exact (q' is None), so it must verify by point mass."""
+
+    kind = "lookup"
 
     def __init__(self, sampling):
         self.sampling = sampling
