@@ -16,6 +16,7 @@ from omnidraft.propose.config import SpecConfig
 from ..conftest import tiny, vocab_len
 
 pytest.importorskip("executorch")
+pytestmark = pytest.mark.xdist_group("device_drafter")  # one worker: the exported fixture once
 
 
 def _adapter_version(peft_model, head, root, name: str, seed: int):

@@ -15,6 +15,7 @@ from omnidraft.propose.config import SpecConfig
 from ..conftest import tiny, vocab_len
 
 pytest.importorskip("executorch")
+pytestmark = pytest.mark.xdist_group("device_target")  # one worker: the exported fixtures once
 
 
 def _export(qwen_tok, tmp_path_factory, quant: str):
