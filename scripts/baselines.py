@@ -1,7 +1,8 @@
 """The honest alternatives every speed table carries: the target alone on llama.cpp (the
 packaged GGUF, greedy; when llama-cpp-python is installed) and transformers' assisted generation
-(the target in bf16 with the drafter, heterogeneous vocabularies) at its default and at its best
-setting here (5 tokens a draft, constant schedule: 1.07-1.14x its default on this machine).
+(the target in bf16 by default, or fp32 where the CPU has no bf16 arithmetic, with the drafter,
+heterogeneous vocabularies) at its default and at its best setting here (5 tokens a draft,
+constant schedule: 1.07-1.14x its default on this machine).
 
 Each is a run(prompt ids, new tokens) -> (tokens generated, seconds, prefill included). Knows
 llama-cpp-python and transformers' generate; nothing about OmniDraft's decoding.
@@ -16,19 +17,22 @@ ASSISTED = {"default": None, "5 tokens, constant": 5}  # label -> num_assistant_
 BEST = "5 tokens, constant"
 
 
-def assisted_name(label: str) -> str:
-    return f"transformers assisted generation, {label} (bf16 target, UAG)"
+def assisted_name(label: str, dtype: str = "bf16") -> str:
+    return f"transformers assisted generation, {label} ({dtype} target, UAG)"
 
 
 def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None],
-              assisted: tuple[str, ...] = tuple(ASSISTED)) -> dict[str, Callable]:
-    """name -> run, for llama.cpp (when installed) and each of ``assisted``'s settings."""
+              assisted: tuple[str, ...] = tuple(ASSISTED), dtype: str = "bf16",
+              target_hf=None) -> dict[str, Callable]:
+    """name -> run, for llama.cpp (when installed) and each of ``assisted``'s settings; the
+    transformers target in ``dtype``, or ``target_hf`` when the caller has it loaded already."""
     from bench_speculative import hf_assisted
     from omnidraft.decode.text import generation_eos_ids
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_model, load_tokenizer
 
-    target_hf, drafter_hf = load_model(target, dtype="bf16").model, load_model(drafter, dtype="fp32").model
+    target_hf = target_hf if target_hf is not None else load_model(target, dtype=dtype).model
+    drafter_hf = load_model(drafter, dtype="fp32").model
     ttok, dtok = load_tokenizer(target), load_tokenizer(drafter)
     eos = generation_eos_ids(target_hf.generation_config)
     runs = {}
@@ -56,5 +60,5 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
             out, secs = hf_assisted(target_hf, drafter_hf, ttok, dtok, ids, new, eos, n_tokens)
             return len(out), secs
 
-        runs[assisted_name(label)] = run
+        runs[assisted_name(label, dtype)] = run
     return runs

@@ -32,7 +32,8 @@ def main() -> int:
     import benchio
     import benchsetup
 
-    ap = benchsetup.parser(__doc__, dtype="--dtype", k=False)
+    ap = benchsetup.parser(__doc__, dtype="--dtype", k=False,
+                           dtype_help="the transformers target's dtype (fp32 where the CPU has no bf16 arithmetic)")
     ap.add_argument("--code", type=int, default=8)
     ap.add_argument("--chat", type=int, default=8)
     ap.add_argument("--copy", type=int, default=24, help="copy-heavy conversations (of 24)")
@@ -83,7 +84,7 @@ def main() -> int:
     sets = {"copy": [(conversation(t), False) for t in copy_prompts()[: args.copy]],
             "code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
     runs = {"pair (product: copies + drafts)": LookupConfig(), "pair without copies": None}
-    baselines = {} if args.no_baselines else _baselines(args.target, args.drafter, args.threads, log)
+    baselines = {} if args.no_baselines else _baselines(args.target, args.drafter, args.threads, args.dtype, log)
     report = benchio.stamp_report(cpu=cpu_info(), cost=model.to_dict(), calibrated=calibrated.state(),
                                   max_new_tokens=args.max_new_tokens, sets={})
     for name, cases in sets.items():
@@ -128,10 +129,10 @@ def main() -> int:
     return 0
 
 
-def _baselines(target: str, drafter: str, threads: int, log) -> dict:
+def _baselines(target: str, drafter: str, threads: int, dtype: str, log) -> dict:
     """name -> run(ids, new) -> (tokens, seconds): llama.cpp plain and with prompt lookup (when
-    llama-cpp-python is installed), transformers plain, with prompt lookup, and its assisted
-    generation at its best setting (baselines.py)."""
+    llama-cpp-python is installed), transformers (the target in ``dtype``) plain, with prompt
+    lookup, and its assisted generation at its best setting (baselines.py)."""
     import torch
 
     from baselines import BEST, assisted_name, baselines
@@ -139,8 +140,9 @@ def _baselines(target: str, drafter: str, threads: int, log) -> dict:
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_model
 
-    runs = baselines(target, drafter, threads, log, assisted=(BEST,))
-    runs = {k: runs[k] for k in runs if k in ("llama.cpp target alone", assisted_name(BEST))}
+    hf = load_model(target, dtype=dtype).model
+    runs = baselines(target, drafter, threads, log, assisted=(BEST,), dtype=dtype, target_hf=hf)
+    runs = {k: runs[k] for k in runs if k in ("llama.cpp target alone", assisted_name(BEST, dtype))}
     try:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -164,7 +166,6 @@ def _baselines(target: str, drafter: str, threads: int, log) -> dict:
         runs["llama.cpp prompt lookup (LlamaPromptLookupDecoding, 3 / 10)"] = llama_lookup
     except ImportError:
         pass
-    hf = load_model(target, dtype="bf16").model
     eos = sorted(generation_eos_ids(hf.generation_config))
 
     def transformers(lookup):
@@ -177,8 +178,8 @@ def _baselines(target: str, drafter: str, threads: int, log) -> dict:
             return out.shape[1] - len(ids), time.perf_counter() - t0
         return run
 
-    runs["transformers target alone (bf16)"] = transformers(False)
-    runs["transformers prompt lookup (bf16, 10 tokens)"] = transformers(True)
+    runs[f"transformers target alone ({dtype})"] = transformers(False)
+    runs[f"transformers prompt lookup ({dtype}, 10 tokens)"] = transformers(True)
     return runs
 
 
@@ -220,7 +221,8 @@ def _markdown(report: dict, args) -> list[str]:
                         [[name, f"{s['rows'][next(iter(s['rows']))]['vs_alone']:.2f}x",
                           ratio(s, next((b for b in s["baselines"] if b.startswith("llama.cpp prompt")), ""),
                                 "llama.cpp target alone"),
-                          ratio(s, "transformers prompt lookup (bf16, 10 tokens)", "transformers target alone (bf16)")]
+                          ratio(s, f"transformers prompt lookup ({args.dtype}, 10 tokens)",
+                                f"transformers target alone ({args.dtype})")]
                          for name, s in report["sets"].items()])
     return md
 

@@ -4,17 +4,40 @@ built on them, so unit tests run in seconds while exercising real vocabularies."
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 import torch
+from filelock import FileLock
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # one thread per pytest-xdist worker (the README runs two on two cores), else two
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+
+
+T = TypeVar("T")
+
+
+def once_per_run(tmp_path_factory, name: str, build: Callable[[Path], T]) -> tuple[Path, T]:
+    """(folder, ``build(folder)``): built once per test run in a folder of the run's common
+    temporary folder, which pytest-xdist's workers share; the first to ask builds it while the
+    others wait, and every worker reads the (pickled) result. For exports that take tens of
+    seconds: each is done once, whichever worker its tests land on."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this run's folder, which every worker's own folder is in
+    folder, kept = root / f"once-{name}", root / f"once-{name}.pickle"
+    with FileLock(str(kept) + ".lock"):
+        if not kept.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            kept.write_bytes(pickle.dumps(build(folder)))
+    return folder, pickle.loads(kept.read_bytes())
 
 
 def _tok(name: str):

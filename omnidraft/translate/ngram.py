@@ -194,6 +194,24 @@ class NgramCache:
         self._trim()
         return True
 
+    def seed(self, keys: Sequence[Key], values: Sequence[Value]) -> int:
+        """``add(key, value, seeded=True)`` of each pair in order; in bulk (the cold tier re-slotted
+        once, not per entry) when the cache has room for them all. Returns entries added."""
+        pks, pvs, seen = [], [], set()
+        for k, v in zip(keys, values):
+            if (len(k) == 1 and len(v) == 1) or not k or not v or len(k) > self.max_n or len(v) > self.max_n:
+                continue
+            pk = pack(k)
+            if pk not in seen and self._where(pk) == -1:
+                seen.add(pk)
+                pks.append(pk)
+                pvs.append(pack(v))
+        if self.capacity is not None and len(self) + len(pks) > self.capacity:  # evicts as it goes
+            return sum(self.add(k, v, seeded=True) for k, v in zip(keys, values))
+        self._cold.add_many(pks, pvs, (0 for _ in pks), (True for _ in pks))
+        self.added.extend(pks)
+        return len(pks)
+
     def restore(self, rows: Sequence[tuple[int, int, bool, int]]) -> int:
         """Bulk-load entries from disk: (packed key, packed value, seeded, score), least used
         first. Keys already present are skipped; the most used that fit are kept."""

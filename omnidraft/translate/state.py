@@ -40,7 +40,7 @@ class PairState:
         if self.store:
             self.store.load_into(self.cache)
         if seed_ngrams and not on_disk_seeded:
-            seed(self.cache, self.vmap, draft_tok, target_tok)
+            seed(self.cache, self.vmap, draft_tok, target_tok, self.key)
             self.save()
 
     def save(self) -> int:

@@ -13,10 +13,9 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.propose.config import SpecConfig
 
-from ..conftest import tiny, vocab_len
+from ..conftest import once_per_run, tiny, vocab_len
 
 pytest.importorskip("executorch")
-pytestmark = pytest.mark.xdist_group("device_drafter")  # one worker: the exported fixture once
 
 
 def _adapter_version(peft_model, head, root, name: str, seed: int):
@@ -35,20 +34,30 @@ def _adapter_version(peft_model, head, root, name: str, seed: int):
     return store.path(name, v)
 
 
+def _programs(base, folder):
+    """The fp32 drafter program, and the same with the adapter ops left to the portable kernels
+    (its .ptd keyed by name only), in ``folder``; the first's ProgramInfo."""
+    from omnidraft.export.lower import ExportConfig, export_drafter
+
+    cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32)
+    info = export_drafter(copy.deepcopy(base), folder / "prog", cfg, log=lambda s: None)
+    export_drafter(copy.deepcopy(base), folder / "prog-portable", dataclasses.replace(cfg, delegate_adapter=False),
+                   log=lambda s: None)
+    return info
+
+
 @pytest.fixture(scope="module")
 def exported(smollm_tok, tmp_path_factory):
-    """One tiny SmolLM2-vocabulary drafter (one layer) exported fp32, and two trained-looking adapters."""
+    """One tiny SmolLM2-vocabulary drafter (one layer) exported fp32 once per test run
+    (conftest.once_per_run), and two trained-looking adapters published in this module's store."""
     from omnidraft.models.acceptance import AcceptanceHead
-    from omnidraft.export.lower import ExportConfig, export_drafter
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
     base = tiny("llama", vocab_len(smollm_tok), seed=1, num_hidden_layers=1)
+    programs, info = once_per_run(tmp_path_factory, "drafter-fp32", lambda folder: _programs(base, folder))
     root = tmp_path_factory.mktemp("et")
-    cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32)
-    info = export_drafter(copy.deepcopy(base), root / "prog", cfg, log=lambda s: None)
-    # the same with the adapter ops left to the portable kernels (its .ptd keyed by name only)
-    export_drafter(copy.deepcopy(base), root / "prog-portable",
-                   dataclasses.replace(cfg, delegate_adapter=False), log=lambda s: None)
+    for prog in ("prog", "prog-portable"):
+        (root / prog).symlink_to(programs / prog, target_is_directory=True)
     versions = []
     for seed in (1, 2):  # trained with alpha 8 (not the program's 16): B is rescaled in the .ptd
         pm = attach_lora(copy.deepcopy(base), TrainConfig(rank=8, alpha=8))

@@ -12,23 +12,23 @@ from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.config import SpecConfig
 
-from ..conftest import tiny, vocab_len
+from ..conftest import once_per_run, tiny, vocab_len
 
 pytest.importorskip("executorch")
-pytestmark = pytest.mark.xdist_group("device_target")  # one worker: the exported fixtures once
 
 
 def _export(qwen_tok, tmp_path_factory, quant: str):
-    """A tiny qwen2 target with one layer (seed 2), exported as a target program."""
+    """A tiny qwen2 target with one layer (seed 2), exported as a target program once per test
+    run (conftest.once_per_run)."""
     from omnidraft.export.lower import ExportConfig, export_target
 
     base = tiny("qwen2", vocab_len(qwen_tok), seed=2, num_hidden_layers=1)
     base.generation_config.eos_token_id = [7, 9]
-    out = tmp_path_factory.mktemp("target") / f"prog-{quant}"
-    info = export_target(copy.deepcopy(base), out, ExportConfig(drafter="tiny-t", quant=quant, max_seq=128,
-                                                                  head_width=16, role="target", decode_window=64),
-                         log=lambda s: None)
-    return base, out, info
+    cfg = ExportConfig(drafter="tiny-t", quant=quant, max_seq=128, head_width=16, role="target", decode_window=64)
+    folder, info = once_per_run(tmp_path_factory, f"target-{quant}",
+                                lambda folder: export_target(copy.deepcopy(base), folder / "prog", cfg,
+                                                             log=lambda s: None))
+    return base, folder / "prog", info
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The byte-identity tests' programs: a tiny qwen2 drafter or two-method target exported once per
-test session with every shortcut of the lowering (what `omnidraft export` ships), and the same
-model exported again with one shortcut replaced.
+test run with every shortcut of the lowering (what `omnidraft export` ships), for test_lower.py to
+export the same model again without the shortcuts.
 
 The model has one layer and a 1,024-token vocabulary: a program's bytes depend on the ops the
 shortcuts touch, not on depth or vocabulary size, and an export of it takes ~20 s instead of
@@ -8,7 +8,6 @@ shortcuts touch, not on depth or vocabulary size, and an export of it takes ~20 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +59,3 @@ def ship(role: str, out: Path) -> Shipped:
         pte = export(role, out)
     return Shipped(pte, len(passes), [c is not None for c in children])
 
-
-def without(shortcut: str, role: str, out: Path, monkeypatch, module=None, instead=contextlib.nullcontext) -> bytes:
-    """program.pte of ``role`` exported with ``shortcut`` (a name in ``module``, default
-    export.lower) replaced by ``instead`` (default a no-op context)."""
-    import omnidraft.export.lower as lower
-
-    monkeypatch.setattr(module or lower, shortcut, instead)
-    return export(role, out)

@@ -1,13 +1,11 @@
 """XNNPACK partitions are preprocessed on two cores (export/two_cores.py): every partition's
 result comes back in its method's order, half of them from a forked child; a child that fails
-leaves its partitions to the parent; a program lowered so has the same bytes as one lowered in
-one process."""
+leaves its partitions to the parent (the program's bytes with and without it: test_lower.py)."""
 
 import os
 
 from omnidraft.export.two_cores import _split
 
-from .same_bytes import without
 
 PROGRAMS = {"forward": ["f0", "f1", "f2"], "decode": ["d0", "d1"]}
 SPECS = {"forward": ["a", "b", "c"], "decode": ["d", "e"]}
@@ -40,12 +38,3 @@ def test_a_failed_child_leaves_its_partitions_to_the_parent(monkeypatch):
     got = _split(Backend, PROGRAMS, SPECS)
     in_parent = [p for p, _, pid in got["forward"] + got["decode"] if pid == PARENT]
     assert in_parent == ["f0", "f1", "f2", "d0", "d1"]
-
-
-def test_the_program_is_byte_identical_with_and_without_it(shipped, tmp_path, monkeypatch):
-    import omnidraft.export.two_methods as two_methods
-
-    # a drafter: one method, its partitions preprocessed on two cores (a target's two methods are
-    # lowered side by side instead, export/two_methods.py)
-    program = shipped("drafter")  # first: the shortcut is replaced below
-    assert without("preprocess_on_two_cores", "drafter", tmp_path, monkeypatch, module=two_methods) == program.pte

