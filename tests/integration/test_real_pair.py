@@ -16,7 +16,7 @@ from omnidraft.propose.config import SpecConfig
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("real_pair")]  # one worker: its fixtures once
 
 NEW_TOKENS = 32
-LAYERS = 4  # of SmolLM2's 30 in the exported-drafter test
+LAYERS = 2  # of SmolLM2's 30 in the exported-drafter test
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_generate_sensible_code(real_pair):
     assert "return" in out.text and "n" in out.text and out.text.startswith("\n")
 
 
-@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 2), ("tli", 1), ("slem", 1), ("dtw", 1),
+@pytest.mark.parametrize("strategy,prompts", [("omnidraft", 1), ("tli", 1), ("slem", 1), ("dtw", 1),
                                               ("slrs", 1)])
 def test_greedy_equals_target_on_humaneval(real_pair, own_greedy, strategy, prompts):
     d, t, pair = real_pair
@@ -82,7 +82,7 @@ def test_rollback_real_models_all_architectures():
 
 def test_exported_fp32_drafter_on_the_real_pair(real_pair, own_greedy, tmp_path):
     """SmolLM2-135M's real weights exported to an fp32 ExecuTorch program: logits match eager and
-    the speculative loop on it keeps the target's greedy output. Its first 4 of 30 layers: the
+    the speculative loop on it keeps the target's greedy output. Its first 2 of 30 layers: the
     same embeddings, vocabulary, layer loop and LM head, exported in well under a minute instead
     of 227 s (a 621 MB program); depth changes nothing the program does per layer."""
     from omnidraft.device.runtime import ExecuTorchLM
