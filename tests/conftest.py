@@ -22,6 +22,25 @@ torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 T = TypeVar("T")
 
+# Modules whose tests share costly module fixtures (exported programs, the real models and their
+# own greedy outputs): each runs whole on one pytest-xdist worker; every other test goes to
+# whichever worker is free. (xdist's own `--dist loadgroup` marks do not group under pytest 9.)
+ONE_WORKER = frozenset({"tests/device/test_device.py", "tests/device/test_target_program.py",
+                        "tests/integration/test_real_pair.py"})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler: one unit of work per test, or per module in ONE_WORKER."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return ByModule(config, log)
+
 
 def once_per_run(tmp_path_factory, name: str, build: Callable[[Path], T]) -> tuple[Path, T]:
     """(folder, ``build(folder)``): built once per test run in a folder of the run's common

@@ -16,8 +16,6 @@ from omnidraft.propose.config import SpecConfig
 from ..conftest import once_per_run, tiny, vocab_len
 
 pytest.importorskip("executorch")
-# one worker: the other would wait for the programs this one is exporting (conftest.once_per_run)
-pytestmark = pytest.mark.xdist_group("device_drafter")
 
 
 def _adapter_version(peft_model, head, root, name: str, seed: int):

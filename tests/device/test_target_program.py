@@ -15,8 +15,6 @@ from omnidraft.propose.config import SpecConfig
 from ..conftest import once_per_run, tiny, vocab_len
 
 pytest.importorskip("executorch")
-# one worker: the other would wait for the programs this one is exporting (conftest.once_per_run)
-pytestmark = pytest.mark.xdist_group("device_target")
 
 
 def _export(qwen_tok, tmp_path_factory, quant: str):

@@ -13,7 +13,7 @@ from omnidraft.translate.state import PairState
 from omnidraft.prompts import humaneval
 from omnidraft.propose.config import SpecConfig
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("real_pair")]  # one worker: its fixtures once
+pytestmark = pytest.mark.integration  # on one pytest-xdist worker (conftest.ONE_WORKER): its fixtures once
 
 NEW_TOKENS = 32
 LAYERS = 2  # of SmolLM2's 30 in the exported-drafter test
