@@ -112,6 +112,21 @@ def test_interleaved_session_streams_are_each_the_targets(home, models, qwen_tok
     sampled.close()
 
 
+def test_pairing_and_the_demo_run_each_prompt_as_a_conversation_of_its_own(home, models):
+    """The same prompt asked again by the pairing job (and the demo's second phase) is a new
+    conversation: it does not copy the earlier answer, which would pass for a faster pair."""
+    from omnidraft import Session
+    from omnidraft.jobs.pairing import measure
+
+    drafter, target = models
+    s = Session(drafter, target, target_dtype="fp32", log=False, k=4)
+    first = s.generate(PROMPTS[0], max_new_tokens=24)
+    measure(s, [PROMPTS[0]], max_new_tokens=24, ar=False, say=lambda *a, **k: None)
+    copied = s.last.metrics["rounds_by_kind"].get("lookup", {"accepted": 0})["accepted"]
+    assert s.last.token_ids == first.token_ids and copied < len(first.token_ids) // 2
+    s.close()
+
+
 def test_a_later_turn_copies_from_an_earlier_one(home, models):
     """Earlier turns are context to copy from: asked again, the session proposes its earlier
     answer and the target accepts it; a new conversation forgets it."""

@@ -62,6 +62,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
             say(f"\n>>> {p.strip()[:70]}")
             if n % 2:  # which runs first alternates: neither side always gets a warmed-up machine
                 a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
+            session.new_conversation()  # each prompt its own: no copying from another phase's answer
             for text in session.stream(p, max_new_tokens=max_new_tokens):
                 say(text, end="")
             m = session.last.metrics

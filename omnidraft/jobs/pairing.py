@@ -66,6 +66,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
     for n, p in enumerate(prompts):
         if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
             break
+        session.new_conversation()  # unrelated prompts: none copies from another's answer
         m = session.generate(p, max_new_tokens=max_new_tokens).metrics
         tot["tokens"] += m["new_tokens"]
         tot["wall"] += m["wall_s"]
