@@ -20,8 +20,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
-T = TypeVar("T")
-
 # Modules whose tests share costly module fixtures (exported programs, the real models and their
 # own greedy outputs): each runs whole on one pytest-xdist worker; every other test goes to
 # whichever worker is free. (xdist's own `--dist loadgroup` marks do not group under pytest 9.)
@@ -40,6 +38,9 @@ def pytest_xdist_make_scheduler(config, log):
             return module if module in ONE_WORKER else nodeid
 
     return ByModule(config, log)
+
+
+T = TypeVar("T")
 
 
 def once_per_run(tmp_path_factory, name: str, build: Callable[[Path], T]) -> tuple[Path, T]:

@@ -170,13 +170,16 @@ class NgramCache:
         v = self._peek(pack(key))
         return None if v is None else unpack(v)
 
+    def _is_ngram(self, key: Key, value: Value) -> bool:
+        """Both sides 1..max_n ids, and not both a single id (that is a direct mapping)."""
+        return bool(key) and bool(value) and not (len(key) == 1 and len(value) == 1) \
+            and len(key) <= self.max_n and len(value) <= self.max_n
+
     def add(self, key: Key, value: Value, *, seeded: bool = False) -> bool:
         """Store key -> value; False if present already or not an n-gram (both sides length 1,
         or a side longer than max_n). Seeded entries go to the cold tier, learned ones to the
         hot window."""
-        if (len(key) == 1 and len(value) == 1) or not key or not value:
-            return False
-        if len(key) > self.max_n or len(value) > self.max_n:
+        if not self._is_ngram(key, value):
             return False
         pk = pack(key)
         if self._where(pk) != -1:
@@ -199,7 +202,7 @@ class NgramCache:
         once, not per entry) when the cache has room for them all. Returns entries added."""
         pks, pvs, seen = [], [], set()
         for k, v in zip(keys, values):
-            if (len(k) == 1 and len(v) == 1) or not k or not v or len(k) > self.max_n or len(v) > self.max_n:
+            if not self._is_ngram(k, v):
                 continue
             pk = pack(k)
             if pk not in seen and self._where(pk) == -1:

@@ -31,6 +31,8 @@ def _texts(table: list[bytes | None], ids: Iterable[int]) -> tuple[list[int], li
 def _encode(tok, texts: list[str]) -> list[list[int]]:
     """Token ids of each text without special tokens: a fast tokenizer's backend in one batch
     (what ``tok(texts)`` returns, without its per-text Python conversion), else ``tok`` itself."""
+    if not texts:
+        return []
     backend = getattr(tok, "backend_tokenizer", None) if getattr(tok, "is_fast", False) else None
     if backend is None:
         return tok(texts, add_special_tokens=False)["input_ids"]
