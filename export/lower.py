@@ -29,11 +29,14 @@ from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .info import ProgramInfo
 from .program import DraftProgram, is_adapter_param
 from .provenance import shared_provenance
+from .qc4w import per_channel_int4
 from .quant_fakes import shape_only_quant_ops
 from .two_methods import lower_methods
 from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
+GROUP_SIZES = (0, 16, 32, 64, 128, 256)  # 0: one scale per output channel
+WEIGHT_QPARAMS = ("affine", "hqq")  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
 ROLES = ("drafter", "target")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -43,7 +46,8 @@ class ExportConfig:
     drafter: str  # catalog name or path of the model (drafter or target), recorded in program.json
     quant: str = "8da4w"  # fp32 | 8da8w (per-channel int8 weights) | 8da4w (int4, group_size)
     max_seq: int = 1024  # static KV cache length = the longest prompt + generation
-    group_size: int = 32  # 8da4w weight group size
+    group_size: int = 32  # 8da4w weight group size; 0 = one scale per output channel (qc4w.py)
+    weight_qparams: str = "affine"  # 8da4w: min-max scales (affine) or HQQ-optimised scales (hqq)
     lora_rank: int = 32
     lora_alpha: float = 32.0  # as TrainConfig.alpha; other alphas are folded into B when writing a .ptd
     lora_targets: tuple[str, ...] = LORA_TARGETS
@@ -59,7 +63,9 @@ class ExportConfig:
         checks = [
             (self.quant in QUANTS, "quant", f"one of {', '.join(QUANTS)}"),
             (16 <= self.max_seq <= 32768, "max_seq", "in 16..32768"),
-            (self.group_size in (16, 32, 64, 128, 256), "group_size", "one of 16, 32, 64, 128, 256"),
+            (self.group_size in GROUP_SIZES, "group_size",
+             "one of 16, 32, 64, 128, 256 or 0 (per output channel)"),
+            (self.weight_qparams in WEIGHT_QPARAMS, "weight_qparams", f"one of {', '.join(WEIGHT_QPARAMS)}"),
             (1 <= self.lora_rank <= 256, "lora_rank", "in 1..256"),
             (self.lora_alpha > 0, "lora_alpha", "> 0"),
             (len(self.lora_targets) > 0, "lora_targets", "non-empty"),
@@ -76,6 +82,31 @@ class ExportConfig:
                 raise OmniDraftError(f"ExportConfig.{name} must be {want}, got {getattr(self, name)!r}")
 
 
+def scheme_fields(scheme: str) -> dict:
+    """ExportConfig's weight fields for a scheme name, ``fp32`` | ``8da8w`` | ``8da4w`` (4-bit,
+    groups of 32) with optional ``-g<size>`` (groups of that size) or ``-pc`` (one scale per output
+    channel) and ``-hqq`` (HQQ-optimised scales): e.g. ``8da4w-pc-hqq``. Program folders are named
+    by the scheme."""
+    quant, *mods = scheme.split("-")
+    fields = {"quant": quant, "group_size": 32, "weight_qparams": "affine"}
+    for mod in mods:
+        if quant != "8da4w":
+            break
+        if mod == "pc":
+            fields["group_size"] = 0
+        elif mod == "hqq":
+            fields["weight_qparams"] = "hqq"
+        elif mod.startswith("g") and mod[1:].isdigit():
+            fields["group_size"] = int(mod[1:])
+        else:
+            break
+    else:
+        if quant in QUANTS and fields["group_size"] in GROUP_SIZES:
+            return fields
+    raise OmniDraftError(f"unknown weight scheme {scheme!r}",
+                         "use fp32, 8da8w or 8da4w[-g16|-g32|-g64|-g128|-g256|-pc][-hqq]")
+
+
 def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
     """A peft model with zero-initialised LoRA (B = 0: the base model's outputs) on ``lm``."""
     from peft import LoraConfig, get_peft_model
@@ -84,25 +115,32 @@ def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
                                          target_modules=list(cfg.lora_targets), lora_dropout=0.0))
 
 
-def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, ...] = ()) -> None:
-    """In place: dynamic int8 activations with int8 (per channel) or int4 (per group) weights on
-    every base Linear; LoRA and head Linears stay fp32 (they live in the .ptd), as do modules
-    whose name ends with one of ``skip``."""
+def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, ...] = (),
+             qparams: str = "affine") -> None:
+    """In place: dynamic int8 activations with int8 (per channel) or int4 (per group of
+    ``group_size`` inputs, or per channel with 0) weights on every base Linear, 4-bit scales chosen
+    by ``qparams``; LoRA and head Linears stay fp32 (they live in the .ptd), as do modules whose
+    name ends with one of ``skip``."""
     if quant == "fp32":
         return
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quantize_.workflows.intx.intx_choose_qparams_algorithm import (
+        IntxChooseQParamsAlgorithm)
 
     def base_linear(m: torch.nn.Module, fqn: str) -> bool:
         if not isinstance(m, torch.nn.Linear) or is_adapter_param(fqn + ".") or fqn.endswith(skip):
             return False
-        return quant == "8da8w" or m.weight.shape[1] % group_size == 0
+        return quant == "8da8w" or group_size == 0 or m.weight.shape[1] % group_size == 0
 
-    bits = torch.int4 if quant == "8da4w" else torch.int8
-    gran = PerGroup(group_size) if quant == "8da4w" else PerAxis(0)
+    four = quant == "8da4w"
+    gran = PerGroup(group_size) if four and group_size else PerAxis(0)
+    algorithm = IntxChooseQParamsAlgorithm.HQQ_SCALE_ONLY if four and qparams == "hqq" else \
+        IntxChooseQParamsAlgorithm.AFFINE
     with torch.no_grad():
-        quantize_(lm, Int8DynamicActivationIntxWeightConfig(weight_dtype=bits, weight_granularity=gran),
-                  filter_fn=base_linear)
+        quantize_(lm, Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int4 if four else torch.int8, weight_granularity=gran,
+            intx_choose_qparams_algorithm=algorithm), filter_fn=base_linear)
 
 
 def _adapter_free_partitioner():
@@ -166,7 +204,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
             edge = to_edge_transform_and_lower(methods, partitioner=[partitioner], compile_config=config)
             return {n: edge.exported_program(n) for n in some}
 
-        with _shortcuts():
+        with _shortcuts(), per_channel_int4():
             edge = EdgeProgramManager(lower_methods(names, lower_some), compile_config=config)
             by_name = set()  # placeholders read outside the delegate, in any method
             for name in names:
@@ -294,7 +332,8 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     program = DraftProgram(peft_model.get_base_model(), head, cfg.max_seq,
                            ranker if cfg.specvocab_k else None, cfg.specvocab_k)
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
-    quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else ())
+    quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else (),
+             qparams=cfg.weight_qparams)
     return lower(program, out_dir, cfg, log)
 
 
@@ -310,7 +349,7 @@ def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
         raise OmniDraftError("export_target needs ExportConfig(role='target')")
     program = DraftProgram(lm, AcceptanceHead(lm.config.hidden_size, cfg.head_width), cfg.max_seq,
                            all_logits=True, batch_invariant=True)
-    quantize(program, cfg.quant, cfg.group_size)
+    quantize(program, cfg.quant, cfg.group_size, qparams=cfg.weight_qparams)
     return lower(program, out_dir, cfg, log)
 
 

@@ -65,14 +65,14 @@ def _cmd_export(args) -> int:
     from pathlib import Path
 
     from omnidraft.export.layout import program_dir
-    from omnidraft.export.lower import ExportConfig, export_drafter, export_target
+    from omnidraft.export.lower import ExportConfig, export_drafter, export_target, scheme_fields
     from omnidraft.device.threads import set_threads
     from omnidraft.models.loading import load_model
     from omnidraft.models.specvocab import load_ranker
 
     role = "target" if args.target else "drafter"
     name = args.target or args.drafter or "smollm2-135m"
-    cfg = ExportConfig(drafter=name, quant=args.quant, max_seq=args.max_seq, lora_rank=args.lora_rank,
+    cfg = ExportConfig(drafter=name, **scheme_fields(args.quant), max_seq=args.max_seq, lora_rank=args.lora_rank,
                        lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
                        delegate_adapter=not args.adapter_outside_xnnpack, role=role,
                        decode_window=args.decode_window)
