@@ -36,7 +36,8 @@ from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
 GROUP_SIZES = (0, 16, 32, 64, 128, 256)  # 0: one scale per output channel
-WEIGHT_QPARAMS = ("affine", "hqq")  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
+WEIGHT_QPARAMS = ("affine", "hqq")
+MIXED_EIGHT_BIT = ("lm_head", "down_proj")  # the most quantisation-sensitive Linears (cf. llama.cpp's Q4_K_M)  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
 ROLES = ("drafter", "target")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -48,6 +49,7 @@ class ExportConfig:
     max_seq: int = 1024  # static KV cache length = the longest prompt + generation
     group_size: int = 32  # 8da4w weight group size; 0 = one scale per output channel (qc4w.py)
     weight_qparams: str = "affine"  # 8da4w: min-max scales (affine) or HQQ-optimised scales (hqq)
+    eight_bit: tuple[str, ...] = ()  # 8da4w: Linears whose names end so keep int8 weights (per channel)
     lora_rank: int = 32
     lora_alpha: float = 32.0  # as TrainConfig.alpha; other alphas are folded into B when writing a .ptd
     lora_targets: tuple[str, ...] = LORA_TARGETS
@@ -85,10 +87,10 @@ class ExportConfig:
 def scheme_fields(scheme: str) -> dict:
     """ExportConfig's weight fields for a scheme name, ``fp32`` | ``8da8w`` | ``8da4w`` (4-bit,
     groups of 32) with optional ``-g<size>`` (groups of that size) or ``-pc`` (one scale per output
-    channel) and ``-hqq`` (HQQ-optimised scales): e.g. ``8da4w-pc-hqq``. Program folders are named
-    by the scheme."""
+    channel), ``-hqq`` (HQQ-optimised scales) and ``-mix`` (the LM head and the MLPs' down
+    projections at 8 bits): e.g. ``8da4w-pc-hqq-mix``. Program folders are named by the scheme."""
     quant, *mods = scheme.split("-")
-    fields = {"quant": quant, "group_size": 32, "weight_qparams": "affine"}
+    fields = {"quant": quant, "group_size": 32, "weight_qparams": "affine", "eight_bit": ()}
     for mod in mods:
         if quant != "8da4w":
             break
@@ -96,6 +98,8 @@ def scheme_fields(scheme: str) -> dict:
             fields["group_size"] = 0
         elif mod == "hqq":
             fields["weight_qparams"] = "hqq"
+        elif mod == "mix":
+            fields["eight_bit"] = MIXED_EIGHT_BIT
         elif mod.startswith("g") and mod[1:].isdigit():
             fields["group_size"] = int(mod[1:])
         else:
@@ -104,7 +108,7 @@ def scheme_fields(scheme: str) -> dict:
         if quant in QUANTS and fields["group_size"] in GROUP_SIZES:
             return fields
     raise OmniDraftError(f"unknown weight scheme {scheme!r}",
-                         "use fp32, 8da8w or 8da4w[-g16|-g32|-g64|-g128|-g256|-pc][-hqq]")
+                         "use fp32, 8da8w or 8da4w[-g16|-g32|-g64|-g128|-g256|-pc][-hqq][-mix]")
 
 
 def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
@@ -116,11 +120,11 @@ def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
 
 
 def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, ...] = (),
-             qparams: str = "affine") -> None:
+             qparams: str = "affine", eight_bit: tuple[str, ...] = ()) -> None:
     """In place: dynamic int8 activations with int8 (per channel) or int4 (per group of
     ``group_size`` inputs, or per channel with 0) weights on every base Linear, 4-bit scales chosen
-    by ``qparams``; LoRA and head Linears stay fp32 (they live in the .ptd), as do modules whose
-    name ends with one of ``skip``."""
+    by ``qparams``, int8 ones on Linears whose name ends with one of ``eight_bit``; LoRA and head
+    Linears stay fp32 (they live in the .ptd), as do modules whose name ends with one of ``skip``."""
     if quant == "fp32":
         return
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -129,18 +133,19 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
         IntxChooseQParamsAlgorithm)
 
     def base_linear(m: torch.nn.Module, fqn: str) -> bool:
-        if not isinstance(m, torch.nn.Linear) or is_adapter_param(fqn + ".") or fqn.endswith(skip):
-            return False
-        return quant == "8da8w" or group_size == 0 or m.weight.shape[1] % group_size == 0
+        return isinstance(m, torch.nn.Linear) and not is_adapter_param(fqn + ".") and not fqn.endswith(skip)
 
     four = quant == "8da4w"
-    gran = PerGroup(group_size) if four and group_size else PerAxis(0)
-    algorithm = IntxChooseQParamsAlgorithm.HQQ_SCALE_ONLY if four and qparams == "hqq" else \
-        IntxChooseQParamsAlgorithm.AFFINE
+    int8 = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    int4 = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(group_size) if group_size else PerAxis(0),
+        intx_choose_qparams_algorithm=IntxChooseQParamsAlgorithm.HQQ_SCALE_ONLY if qparams == "hqq"
+        else IntxChooseQParamsAlgorithm.AFFINE)
     with torch.no_grad():
-        quantize_(lm, Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int4 if four else torch.int8, weight_granularity=gran,
-            intx_choose_qparams_algorithm=algorithm), filter_fn=base_linear)
+        if four and eight_bit:  # first the Linears kept at 8 bits
+            quantize_(lm, int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and fqn.endswith(eight_bit))
+        quantize_(lm, int4 if four else int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and (
+            not four or (not fqn.endswith(eight_bit) and (group_size == 0 or m.weight.shape[1] % group_size == 0))))
 
 
 def _adapter_free_partitioner():
@@ -333,7 +338,7 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
                            ranker if cfg.specvocab_k else None, cfg.specvocab_k)
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
     quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else (),
-             qparams=cfg.weight_qparams)
+             qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit)
     return lower(program, out_dir, cfg, log)
 
 
@@ -349,7 +354,7 @@ def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
         raise OmniDraftError("export_target needs ExportConfig(role='target')")
     program = DraftProgram(lm, AcceptanceHead(lm.config.hidden_size, cfg.head_width), cfg.max_seq,
                            all_logits=True, batch_invariant=True)
-    quantize(program, cfg.quant, cfg.group_size, qparams=cfg.weight_qparams)
+    quantize(program, cfg.quant, cfg.group_size, qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit)
     return lower(program, out_dir, cfg, log)
 
 

@@ -208,7 +208,11 @@ def _worst(v: dict):
 
 
 def _plot(report: dict, path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[bench]'): no v(n) plot", file=sys.stderr)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -14,10 +14,11 @@ from omnidraft.export.qc4w import per_channel_int4  # noqa: E402
 
 
 @pytest.mark.parametrize("scheme, fields", [
-    ("8da8w", {"quant": "8da8w", "group_size": 32, "weight_qparams": "affine"}),
-    ("8da4w", {"quant": "8da4w", "group_size": 32, "weight_qparams": "affine"}),
-    ("8da4w-g128", {"quant": "8da4w", "group_size": 128, "weight_qparams": "affine"}),
-    ("8da4w-pc-hqq", {"quant": "8da4w", "group_size": 0, "weight_qparams": "hqq"}),
+    ("8da8w", {"quant": "8da8w", "group_size": 32, "weight_qparams": "affine", "eight_bit": ()}),
+    ("8da4w", {"quant": "8da4w", "group_size": 32, "weight_qparams": "affine", "eight_bit": ()}),
+    ("8da4w-g128", {"quant": "8da4w", "group_size": 128, "weight_qparams": "affine", "eight_bit": ()}),
+    ("8da4w-pc-hqq-mix", {"quant": "8da4w", "group_size": 0, "weight_qparams": "hqq",
+                          "eight_bit": ("lm_head", "down_proj")}),
 ])
 def test_a_scheme_name_gives_its_export_fields(scheme, fields):
     assert scheme_fields(scheme) == fields
@@ -71,3 +72,12 @@ def test_hqq_scales_fit_the_weights_better_than_min_max():
         deq = layer[0].weight.dequantize() if hasattr(layer[0].weight, "dequantize") else None
         errs[qparams] = float((deq - base.weight.data).pow(2).mean())
     assert errs["hqq"] < errs["affine"]
+
+
+def test_a_mixed_scheme_keeps_the_named_linears_at_eight_bits():
+    model = torch.nn.ModuleDict({"up_proj": torch.nn.Linear(64, 128, bias=False),
+                                 "down_proj": torch.nn.Linear(128, 64, bias=False)})
+    quantize(model, "8da4w", 0, eight_bit=("down_proj",))
+    ranges = {name: (int(m.weight.qdata.min()), int(m.weight.qdata.max())) for name, m in model.items()}
+    assert -8 <= ranges["up_proj"][0] and ranges["up_proj"][1] <= 7
+    assert ranges["down_proj"][0] < -8 or ranges["down_proj"][1] > 7
