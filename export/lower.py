@@ -36,8 +36,10 @@ from .xnnpack_passes import applicable_passes
 
 QUANTS = ("fp32", "8da8w", "8da4w")
 GROUP_SIZES = (0, 16, 32, 64, 128, 256)  # 0: one scale per output channel
-WEIGHT_QPARAMS = ("affine", "hqq")
-MIXED_EIGHT_BIT = ("lm_head", "down_proj")  # the most quantisation-sensitive Linears (cf. llama.cpp's Q4_K_M)  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
+WEIGHT_QPARAMS = ("affine", "hqq")  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
+MIXED_EIGHT_BIT = ("lm_head", "down_proj")  # the most quantisation-sensitive Linears (cf. llama.cpp's Q4_K_M)
+SCHEME_MODIFIERS = {"pc": ("group_size", 0), "hqq": ("weight_qparams", "hqq"), "mix": ("eight_bit", MIXED_EIGHT_BIT),
+                    **{f"g{g}": ("group_size", g) for g in GROUP_SIZES if g}}
 ROLES = ("drafter", "target")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -90,23 +92,9 @@ def scheme_fields(scheme: str) -> dict:
     channel), ``-hqq`` (HQQ-optimised scales) and ``-mix`` (the LM head and the MLPs' down
     projections at 8 bits): e.g. ``8da4w-pc-hqq-mix``. Program folders are named by the scheme."""
     quant, *mods = scheme.split("-")
-    fields = {"quant": quant, "group_size": 32, "weight_qparams": "affine", "eight_bit": ()}
-    for mod in mods:
-        if quant != "8da4w":
-            break
-        if mod == "pc":
-            fields["group_size"] = 0
-        elif mod == "hqq":
-            fields["weight_qparams"] = "hqq"
-        elif mod == "mix":
-            fields["eight_bit"] = MIXED_EIGHT_BIT
-        elif mod.startswith("g") and mod[1:].isdigit():
-            fields["group_size"] = int(mod[1:])
-        else:
-            break
-    else:
-        if quant in QUANTS and fields["group_size"] in GROUP_SIZES:
-            return fields
+    if quant in QUANTS and (quant == "8da4w" or not mods) and all(m in SCHEME_MODIFIERS for m in mods):
+        return {"quant": quant, "group_size": 32, "weight_qparams": "affine", "eight_bit": (),
+                **dict(SCHEME_MODIFIERS[m] for m in mods)}
     raise OmniDraftError(f"unknown weight scheme {scheme!r}",
                          "use fp32, 8da8w or 8da4w[-g16|-g32|-g64|-g128|-g256|-pc][-hqq][-mix]")
 
@@ -141,11 +129,16 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
         weight_dtype=torch.int4, weight_granularity=PerGroup(group_size) if group_size else PerAxis(0),
         intx_choose_qparams_algorithm=IntxChooseQParamsAlgorithm.HQQ_SCALE_ONLY if qparams == "hqq"
         else IntxChooseQParamsAlgorithm.AFFINE)
+    def four_bit(m: torch.nn.Module, fqn: str) -> bool:  # a row that splits into whole groups
+        return not fqn.endswith(eight_bit) and (group_size == 0 or m.weight.shape[1] % group_size == 0)
+
     with torch.no_grad():
-        if four and eight_bit:  # first the Linears kept at 8 bits
+        if not four:
+            quantize_(lm, int8, filter_fn=base_linear)
+            return
+        if eight_bit:
             quantize_(lm, int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and fqn.endswith(eight_bit))
-        quantize_(lm, int4 if four else int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and (
-            not four or (not fqn.endswith(eight_bit) and (group_size == 0 or m.weight.shape[1] % group_size == 0))))
+        quantize_(lm, int4, filter_fn=lambda m, fqn: base_linear(m, fqn) and four_bit(m, fqn))
 
 
 def _adapter_free_partitioner():

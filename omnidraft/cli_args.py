@@ -116,8 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--target", default=None, help="export this model as a verifying target: every "
                      "position's logits, no LoRA")
     ex.add_argument("--quant", default="8da8w", help="weight scheme: fp32, 8da8w (int8 per channel) or "
-                    "8da4w (int4, groups of 32) with -g<size>, -pc (per output channel) and/or -hqq "
-                    "(HQQ scales), e.g. 8da4w-pc-hqq")
+                    "8da4w (int4, groups of 32) with -g<size> or -pc (per output channel), -hqq (HQQ "
+                    "scales), -mix (LM head and down projections at 8 bits), e.g. 8da4w-pc-hqq")
     ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
     ex.add_argument("--lora-rank", type=int, default=32)
     ex.add_argument("--decode-window", type=int, default=256, help="target: a one-token method reading "
