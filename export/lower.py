@@ -27,7 +27,7 @@ from omnidraft.errors import OmniDraftError
 
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .info import ProgramInfo
-from .program import DraftProgram, is_adapter_param
+from .program import DraftProgram, has_llama_layers, is_adapter_param
 from .provenance import shared_provenance
 from .qc4w import per_channel_int4
 from .quant_fakes import shape_only_quant_ops
@@ -59,8 +59,8 @@ class ExportConfig:
     specvocab_k: int = 0  # > 0: the LM head as SpecVocab (ranking + exact logits on k candidates)
     delegate_adapter: bool = True  # adapter matmuls inside XNNPACK (weights still in the .ptd)
     role: str = "drafter"  # target: no LoRA, every position's logits
-    # target: a second, one-token method whose attention reads only the first decode_window cache
-    # slots (used while the context fits; 0 = none). Its numbers are the same bits as forward's
+    # a second, one-token method whose attention reads only the first decode_window cache slots
+    # (used while the context fits; 0 = none; llama-family layers only). The same bits as forward's
     decode_window: int = 256
 
     def __post_init__(self):
@@ -266,8 +266,8 @@ def _shortcuts() -> Iterator[None]:
 
 
 def decode_window(cfg: ExportConfig) -> int:
-    """The slots a target program's one-token method reads (0: no such method)."""
-    return cfg.decode_window if cfg.role == "target" and 0 < cfg.decode_window < cfg.max_seq else 0
+    """The slots a program's one-token method reads (0: no such method)."""
+    return cfg.decode_window if 0 < cfg.decode_window < cfg.max_seq else 0
 
 
 def _export_method(program: DraftProgram, cfg: ExportConfig, window: int | None,
@@ -328,7 +328,8 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     peft_model = with_adapter(lm, cfg)
     head = AcceptanceHead(lm.config.hidden_size, cfg.head_width)
     program = DraftProgram(peft_model.get_base_model(), head, cfg.max_seq,
-                           ranker if cfg.specvocab_k else None, cfg.specvocab_k)
+                           ranker if cfg.specvocab_k else None, cfg.specvocab_k,
+                           batch_invariant=has_llama_layers(lm))  # attention inside XNNPACK
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
     quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else (),
              qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit)

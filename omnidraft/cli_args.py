@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "scales), -mix (LM head and down projections at 8 bits), e.g. 8da4w-pc-hqq")
     ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
     ex.add_argument("--lora-rank", type=int, default=32)
-    ex.add_argument("--decode-window", type=int, default=256, help="target: a one-token method reading "
+    ex.add_argument("--decode-window", type=int, default=256, help="a one-token method reading "
                     "only the first N cache slots, used while the context fits (0: none; ~+50%% export time)")
     ex.add_argument("--specvocab-k", type=int, default=0, help="> 0: SpecVocab LM head on this many "
                     "candidates (the ranking at its SVD initialisation unless --ranker)")

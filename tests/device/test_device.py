@@ -35,12 +35,15 @@ def _adapter_version(peft_model, head, root, name: str, seed: int):
 
 
 def _programs(base, folder):
-    """The fp32 drafter program, and the same with the adapter ops left to the portable kernels
-    (its .ptd keyed by name only), in ``folder``; the first's ProgramInfo."""
+    """The fp32 drafter program (its attention inside XNNPACK, a one-token method over the first 64
+    slots), and the same with the adapter ops left to the portable kernels (its .ptd keyed by name
+    only), in ``folder``; the first's ProgramInfo."""
     from omnidraft.export.lower import ExportConfig, export_drafter
 
-    cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32)
+    cfg = ExportConfig(drafter="tiny", quant="fp32", max_seq=96, lora_rank=8, lora_alpha=16, head_width=32,
+                       decode_window=64)  # one-token calls below position 64 take the "decode" method
     info = export_drafter(copy.deepcopy(base), folder / "prog", cfg, log=lambda s: None)
+    assert info.decode_window == 64
     export_drafter(copy.deepcopy(base), folder / "prog-portable", dataclasses.replace(cfg, delegate_adapter=False),
                    log=lambda s: None)
     return info

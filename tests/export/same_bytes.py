@@ -1,4 +1,4 @@
-"""The byte-identity tests' programs: a tiny qwen2 drafter or two-method target exported once per
+"""The byte-identity tests' programs: a tiny qwen2 drafter or target (two methods each) exported once per
 test run with every shortcut of the lowering (what `omnidraft export` ships), for test_lower.py to
 export the same model again without the shortcuts.
 
@@ -20,7 +20,7 @@ from ..conftest import tiny
 class Shipped:
     pte: bytes  # program.pte
     passes: int  # XNNPACK passes run while lowering
-    children: list[bool]  # for each method lowered in a forked child (a target's): whether it came back
+    children: list[bool]  # for each method lowered in a forked child: whether it came back
 
 
 def model():
@@ -28,7 +28,7 @@ def model():
 
 
 def export(role: str, out: Path) -> bytes:
-    """Export ``role`` (drafter, or a two-method target) to ``out``; program.pte's bytes."""
+    """Export ``role`` (drafter or target, two methods each) to ``out``; program.pte's bytes."""
     import omnidraft.export.lower as lower
 
     cfg = lower.ExportConfig(drafter="tiny", quant="8da8w", max_seq=128, lora_rank=4, head_width=16,

@@ -1,0 +1,128 @@
+"""Drafter programs side by side (#39): what one drafted token costs and what it earns.
+
+For each drafter program folder given (today's program first, as the reference):
+1. ms per drafted token: a one-token call after a prefill of each --contexts length (median of
+   --calls calls, the best of --reps rounds; programs interleaved round by round);
+2. tokens per target forward at a fixed draft length --k on code and chat prompts against the
+   target program (greedy; every pair's output must equal the target's own, token for token),
+   the prompts interleaved: the target alone, then each drafter.
+The last column of the table is the drafter's cost relative to the first program's, and its
+tokens per target forward relative to the first's (the issue's bars: <= 1/3 and >= 90%).
+
+  python scripts/bench_drafter.py $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 <other program> \
+      --target qwen2.5-coder-1.5b --code 5 --chat 5
+Writes bench/results/drafter-<stamp>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> int:
+    import benchio
+    import benchsetup
+
+    ap = benchsetup.parser(__doc__, dtype="--dtype", k=False, max_new_tokens=64)
+    ap.add_argument("programs", nargs="+", help="drafter program folders (the first is the reference)")
+    ap.add_argument("--quant", default="8da8w", help="the target program's scheme")
+    ap.add_argument("--k", type=int, default=3, help="the fixed draft length")
+    ap.add_argument("--code", type=int, default=5)
+    ap.add_argument("--chat", type=int, default=5)
+    ap.add_argument("--contexts", default="100,400", help="cached tokens before the timed one-token calls")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    benchsetup.start(args.threads)
+    log = benchsetup.logger("drafter")
+    from omnidraft.decode.draft_length import FixedK
+    from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.models.loading import load_tokenizer
+    from omnidraft.pairs.build import local_target
+    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.propose.config import SpecConfig
+    from omnidraft.translate.state import PairState
+
+    names = [Path(p).name for p in args.programs]
+    drafters = [ExecuTorchLM(Path(p), name=args.drafter) for p in args.programs]
+    ms = _token_ms(drafters, names, [int(c) for c in args.contexts.split(",")], args.calls, args.reps)
+    log(f"ms per drafted token: {ms}")
+
+    target = local_target(args.target, "executorch", quant=args.quant)
+    dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
+    sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
+    rows = []
+    for set_name, prompts in sets.items():
+        tallies = {n: benchio.Tally() for n in names}
+        forwards = dict.fromkeys(names, 0)
+        for i, (p, chat) in enumerate(prompts):
+            ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
+            for n, d in zip(names, drafters):
+                pair = PairState(dtok, ttok, d.vocab_size, target.vocab_size)  # a fresh n-gram cache each
+                got = generate_speculative(d, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
+                                           max_new_tokens=args.max_new_tokens, chat=chat, draft_length=FixedK(args.k))
+                m = got.metrics
+                tallies[n].add({**m, "proposed": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
+                                "steps": m.get("steps") or m["new_tokens"], "ngram_proposed": 0},
+                               equal=got.token_ids == ref.token_ids)
+                forwards[n] += m.get("target_forwards") or m["new_tokens"]
+            log(f"{set_name} {i + 1}/{len(prompts)}")
+        for n in names:
+            t = tallies[n]
+            rows.append({"set": set_name, "prompts": len(prompts), "program": n,
+                         "tokens_per_target_forward": round(t.tokens / max(forwards[n], 1), 3),
+                         "acceptance": t.acceptance_rate(), "equal_to_alone": t.equal})
+    ref_name = names[0]
+    for r in rows:
+        base = next(x for x in rows if x["set"] == r["set"] and x["program"] == ref_name)
+        r["forward_vs_reference"] = round(r["tokens_per_target_forward"] / base["tokens_per_target_forward"], 3)
+    report = benchio.stamp_report(cpu=cpu_info(), k=args.k, target=args.target, target_quant=args.quant,
+                                  programs=args.programs, ms_per_token=ms, rows=rows)
+    cpu = report["cpu"]
+    ctxs = list(next(iter(ms.values())))
+    md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
+          f"Drafter {args.drafter} programs; target {args.target} (ExecuTorch {args.quant}); greedy, "
+          f"{args.max_new_tokens} new tokens, k = {args.k}.", "",
+          "ms per drafted token (one-token call after a prefill of that many tokens; median of "
+          f"{args.calls} calls, best of {args.reps} interleaved rounds):", ""]
+    md += benchio.table(["program", *[f"{c} cached" for c in ctxs], f"vs {ref_name}"],
+                        [[n, *[ms[n][c] for c in ctxs],
+                          " / ".join(f"{ms[n][c] / ms[ref_name][c]:.2f}" for c in ctxs)] for n in names])
+    md += ["", f"Tokens per target forward at k = {args.k}:", ""]
+    md += benchio.table(["prompts", "program", "tokens / target forward", f"vs {ref_name}", "acceptance",
+                         "output == alone"],
+                        [[f"{r['set']} ({r['prompts']})", r["program"], r["tokens_per_target_forward"],
+                          f"{r['forward_vs_reference']:.2f}", r["acceptance"], f"{r['equal_to_alone']}/{r['prompts']}"]
+                         for r in rows])
+    benchio.save(args.out, "drafter", "Drafter programs side by side", report, md)
+    return 0
+
+
+def _token_ms(drafters, names: list[str], contexts: list[int], calls: int, reps: int) -> dict:
+    """name -> {context: ms of a one-token call}, the best of ``reps`` interleaved rounds."""
+    ids = list(range(1000, 1000 + max(contexts) + 1))
+    best: dict[str, dict[int, float]] = {n: {} for n in names}
+    for ctx in contexts:
+        for d in drafters:
+            d.prefill(ids[:ctx])
+        for _ in range(reps):
+            for n, d in zip(names, drafters):
+                times = []
+                for _ in range(calls):
+                    t0 = time.perf_counter()
+                    d.extend([ids[ctx]])
+                    times.append(time.perf_counter() - t0)
+                    d.rollback(1)
+                med = round(statistics.median(times) * 1000, 3)
+                best[n][ctx] = min(best[n].get(ctx, med), med)
+    return best
+
+
+if __name__ == "__main__":
+    sys.exit(main())
