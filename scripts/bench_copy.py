@@ -40,6 +40,9 @@ def main() -> int:
     ap.add_argument("--calibrate", type=int, default=4, help="calibration prompts (half code, half chat)")
     ap.add_argument("--quant", default="8da8w", help="the target program's scheme")
     ap.add_argument("--no-baselines", action="store_true", help="skip llama.cpp and transformers")
+    ap.add_argument("--no-transformers-lookup", action="store_true",
+                    help="skip transformers alone and with prompt lookup (~60%% of a 1.5B run on 2 cores); "
+                         "its assisted generation at its best setting stays")
     args = ap.parse_args()
     args.max_new_tokens = 96 if "--max-new-tokens" not in sys.argv else args.max_new_tokens
     benchsetup.start(args.threads)
@@ -84,7 +87,8 @@ def main() -> int:
     sets = {"copy": [(conversation(t), False) for t in copy_prompts()[: args.copy]],
             "code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
     runs = {"pair (product: copies + drafts)": LookupConfig(), "pair without copies": None}
-    baselines = {} if args.no_baselines else _baselines(args.target, args.drafter, args.threads, args.dtype, log)
+    baselines = {} if args.no_baselines else _baselines(args.target, args.drafter, args.threads, args.dtype, log,
+                                                          lookup=not args.no_transformers_lookup)
     report = benchio.stamp_report(cpu=cpu_info(), cost=model.to_dict(), calibrated=calibrated.state(),
                                   max_new_tokens=args.max_new_tokens, sets={})
     for name, cases in sets.items():
@@ -138,10 +142,11 @@ def main() -> int:
     return 0
 
 
-def _baselines(target: str, drafter: str, threads: int, dtype: str, log) -> dict:
+def _baselines(target: str, drafter: str, threads: int, dtype: str, log, lookup: bool = True) -> dict:
     """name -> run(ids, new) -> (tokens, seconds): llama.cpp plain and with prompt lookup (when
-    llama-cpp-python is installed), transformers (the target in ``dtype``) plain, with prompt
-    lookup, and its assisted generation at its best setting (baselines.py)."""
+    llama-cpp-python is installed), transformers' assisted generation at its best setting
+    (baselines.py) and, with ``lookup``, transformers (the target in ``dtype``) plain and with
+    prompt lookup."""
     import torch
 
     from baselines import BEST, assisted_name, baselines
@@ -187,8 +192,9 @@ def _baselines(target: str, drafter: str, threads: int, dtype: str, log) -> dict
             return out.shape[1] - len(ids), time.perf_counter() - t0
         return run
 
-    runs[f"transformers target alone ({dtype})"] = transformers(False)
-    runs[f"transformers prompt lookup ({dtype}, 10 tokens)"] = transformers(True)
+    if lookup:
+        runs[f"transformers target alone ({dtype})"] = transformers(False)
+        runs[f"transformers prompt lookup ({dtype}, 10 tokens)"] = transformers(True)
     return runs
 
 
