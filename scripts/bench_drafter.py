@@ -49,8 +49,14 @@ def main() -> int:
     from omnidraft.propose.config import SpecConfig
     from omnidraft.translate.state import PairState
 
+    from omnidraft.errors import OmniDraftError
+
     names = [Path(p).name for p in args.programs]
-    drafters = [ExecuTorchLM(Path(p), name=args.drafter) for p in args.programs]
+    try:
+        drafters = [ExecuTorchLM(Path(p), name=args.drafter) for p in args.programs]
+    except OmniDraftError as err:
+        print(f"bench_drafter: {err}", file=sys.stderr)
+        return 2
     ms = _token_ms(drafters, names, [int(c) for c in args.contexts.split(",")], args.calls, args.reps)
     log(f"ms per drafted token: {ms}")
 
