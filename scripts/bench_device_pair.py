@@ -103,13 +103,13 @@ def main() -> int:
         state = dl.state()  # what the cost model reads before this set
         for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, the pair runs, baselines
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
-            alone.add(_ar_metrics(ref.metrics))
+            alone.add(benchio.filled(ref.metrics))
             decode["alone"][0] += ref.metrics["new_tokens"]
             decode["alone"][1] += ref.metrics["wall_s"] - ref.metrics["prefill_s"]
             for r, length in runs.items():
                 got = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_max),
                                            max_new_tokens=args.max_new_tokens, chat=chat, draft_length=length)
-                m = _ar_metrics(got.metrics)
+                m = benchio.filled(got.metrics)
                 tallies[r].add(m, equal=got.token_ids == ref.token_ids)
                 forwards[r] += m["target_forwards"]
                 decode[r][0] += m["new_tokens"]
@@ -168,11 +168,6 @@ def main() -> int:
                  "The pair on the device: ExecuTorch drafter + ExecuTorch target", report, md)
     return 0
 
-
-def _ar_metrics(m: dict) -> dict:
-    return {**m, "proposed": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
-            "steps": m.get("steps") or m["new_tokens"], "ngram_proposed": m.get("ngram_proposed") or 0,
-            "target_forwards": m.get("target_forwards") or m["new_tokens"]}
 
 
 if __name__ == "__main__":

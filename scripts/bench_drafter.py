@@ -47,11 +47,10 @@ def main() -> int:
     from omnidraft.pairs.build import local_target
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.propose.config import SpecConfig
+    from omnidraft.errors import OmniDraftError
     from omnidraft.translate.state import PairState
 
-    from omnidraft.errors import OmniDraftError
-
-    names = [Path(p).name for p in args.programs]
+    names = args.programs  # as given: two folders may share a name
     try:
         drafters = [ExecuTorchLM(Path(p), name=args.drafter) for p in args.programs]
     except OmniDraftError as err:
@@ -73,11 +72,9 @@ def main() -> int:
                 pair = PairState(dtok, ttok, d.vocab_size, target.vocab_size)  # a fresh n-gram cache each
                 got = generate_speculative(d, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
                                            max_new_tokens=args.max_new_tokens, chat=chat, draft_length=FixedK(args.k))
-                m = got.metrics
-                tallies[n].add({**m, "proposed": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
-                                "steps": m.get("steps") or m["new_tokens"], "ngram_proposed": 0},
-                               equal=got.token_ids == ref.token_ids)
-                forwards[n] += m.get("target_forwards") or m["new_tokens"]
+                m = benchio.filled(got.metrics)
+                tallies[n].add(m, equal=got.token_ids == ref.token_ids)
+                forwards[n] += m["target_forwards"]
             log(f"{set_name} {i + 1}/{len(prompts)}")
         for n in names:
             t = tallies[n]

@@ -58,6 +58,14 @@ class Tally:
         return round(self.tokens / self.wall, 3)
 
 
+def filled(m: dict) -> dict:
+    """A generation's metrics with the counts a target-alone (or draft-free) run leaves unset filled
+    in: nothing proposed or accepted, one step and one target forward per new token."""
+    return {**m, "proposed": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
+            "steps": m.get("steps") or m["new_tokens"], "ngram_proposed": m.get("ngram_proposed") or 0,
+            "target_forwards": m.get("target_forwards") or m["new_tokens"]}
+
+
 def table(header: list[str], rows) -> list[str]:
     """A markdown table: the header, its rule, then one line per row of cells."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
