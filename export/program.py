@@ -131,11 +131,11 @@ class DraftProgram(nn.Module):
     last-bit differences into logit differences of ~0.5, so a quantised target's verification
     would disagree with its own one-token decoding at near-ties. With it, a position's logits
     are the same bits at any call width. Drafters with such layers take it too: their attention
-    then stays inside the XNNPACK delegate (custom_sdpa's one-token cost grows with the context:
-    on an AVX2 CPU a SmolLM2 token costs 20.9 ms after 400 cached tokens against 17.3 ms masked).
-    ``window`` (set while exporting a one-token method): attention reads only the first ``window`` slots. An unread slot is one whose mask is
-    -inf, whose probability is an exact 0 and whose product terms come after the read ones, so a
-    position's logits are the same bits at any window that holds it (tested bit for bit).
+    then stays inside the XNNPACK delegate, where custom_sdpa's one-token cost grew with the
+    context (docs/programs.md). ``window`` (set while exporting a one-token method): attention
+    reads only the first ``window`` slots. An unread slot is one whose mask is -inf, whose
+    probability is an exact 0 and whose product terms come after the read ones, so a position's
+    logits are the same bits at any window that holds it (tested bit for bit).
 
     ``lm``: a Hugging Face causal LM, optionally with peft LoRA layers injected (pass
     ``peft_model.get_base_model()``); its attention is switched to the custom op in place.
