@@ -3,12 +3,12 @@
 last position for a drafter, of every position for a target: what verifying a proposal needs),
 the last hidden state and the acceptance head's P(accept) for the greedy next token.
 
-Attention runs on ExecuTorch's LLM custom ops (``llama::update_cache`` writes the new keys and
-values into the cache in place, ``llama::custom_sdpa`` attends only to positions <= the query's),
-so a decode step costs what the filled part of the cache costs, not the whole static length.
-Llama-family drafters (llama, qwen2) run a layer loop written for XNNPACK (``decoder_layers``:
-no reshape with a symbolic size, RMSNorm's mean over a 4-D tensor's inner dims, RoPE's
-rotate-half as a fixed matmul), so each layer is a few delegate calls instead of a dozen.
+Llama-family models (llama, qwen2), drafters and targets, run a layer loop written for XNNPACK
+(``_llama_layers``: no reshape with a symbolic size, RMSNorm's mean over a 4-D tensor's inner
+dims, RoPE's rotate-half as a fixed matmul) with batch-invariant masked attention inside the
+delegate (``_masked_sdpa``). Other architectures run the Hugging Face layers on ExecuTorch's LLM
+custom ops (``llama::update_cache`` writes the new keys and values into the cache in place,
+``llama::custom_sdpa`` attends only to positions <= the query's).
 Knows the Hugging Face model, its (peft) LoRA layers and the acceptance head; nothing about
 lowering, files or the decode loop.
 """
