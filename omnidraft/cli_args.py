@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from omnidraft.pairs.cost import WIDTHS
 from omnidraft.serve.wire import ENGINES
 
 
@@ -141,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "verify time by call width, the drafter's time per token, the CPU")
     co.add_argument("--target", required=True)
     co.add_argument("--drafter", default="smollm2-135m", help="'none' to time the target only")
-    co.add_argument("--widths", default="1,2,3,4,5,6,8,16", help="call widths (tokens) to time")
+    co.add_argument("--widths", default=",".join(map(str, WIDTHS)),
+                    help="call widths (tokens) to time (default: what a session times)")
     co.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto")
     co.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto")
     co.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's dtype")

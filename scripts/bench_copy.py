@@ -54,7 +54,7 @@ def main() -> int:
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import cpu_info, measure
+    from omnidraft.pairs.cost import WIDTHS, cpu_info, measure
     from omnidraft.propose.config import SpecConfig
     from omnidraft.propose.lookup import LookupConfig
     from omnidraft.translate.state import PairState
@@ -63,7 +63,7 @@ def main() -> int:
     target = local_target(args.target, "executorch", quant=args.quant)
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
     pair = PairState(dtok, ttok, drafter.vocab_size, target.vocab_size)
-    model = measure(target, drafter, (1, 2, 3, 4, 5, 7, 9, 13, 17), progress=log)
+    model = measure(target, drafter, WIDTHS, progress=log)
     calibrated = CostModelK(model)
     half = args.calibrate // 2
     with calibrated.fixed(5):

@@ -8,7 +8,10 @@ updated after every round with old evidence fading (counts halve once position 0
 tokens per second; k = 0 means the target decodes alone. While k is 0 nothing is observed, so
 the next generation after ``probe_soon()`` (a new adapter was published, say) and every
 ``probe_every``-th generation start with ``probe_rounds`` rounds at the best positive k (a
-probe costs about one generation in eight its speed in ten) and then decide again.
+probe costs about one generation in eight its speed in ten) and then decide again. A drafting
+round first pays the drafter's catch-up (reading the prompt, or what copies committed since it
+last drafted): ``next_k`` drafts only where the rounds without a copy still to come are expected to
+save more than that costs.
 
 A round may instead verify ids copied from the context (propose/lookup.py: no drafter forward).
 ``lookup_span`` says how many of a found continuation to verify, or 0 to draft as usual: the
@@ -30,8 +33,10 @@ class DraftLength(Protocol):
     def start(self) -> None:
         """A generation begins."""
 
-    def next_k(self) -> int:
-        """Drafter tokens for the next round (0: the target decodes one token alone)."""
+    def next_k(self, unread: int = 0, remaining: int | None = None) -> int:
+        """Drafter tokens for the next round (0: the target decodes one token alone). ``unread``:
+        tokens the drafter must first read (its catch-up); ``remaining``: tokens the generation
+        may still commit (None: unknown)."""
 
     def observe(self, proposed: int, accepted: int) -> None:
         """A round proposed ``proposed`` target tokens and the target accepted ``accepted``."""
@@ -43,8 +48,10 @@ class DraftLength(Protocol):
         """Ids to verify this round from a continuation of ``available`` ids copied from the
         context after a ``match``-id suffix; 0: draft (or decode alone) instead."""
 
-    def observe_lookup(self, match: int, proposed: int, accepted: int) -> None:
-        """A lookup round after a ``match``-id suffix proposed ``proposed`` ids, ``accepted`` kept."""
+    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None) -> None:
+        """A lookup round after a ``match``-id suffix proposed ``proposed`` ids, ``accepted`` kept.
+        ``next_kept``: all were kept and the copy went on; whether the target's bonus token is the
+        copy's next id (None otherwise)."""
 
 
 @dataclass
@@ -60,7 +67,7 @@ class FixedK:
     def probe_soon(self) -> None:
         pass
 
-    def next_k(self) -> int:
+    def next_k(self, unread: int = 0, remaining: int | None = None) -> int:
         return self.k
 
     def observe(self, proposed: int, accepted: int) -> None:
@@ -69,11 +76,12 @@ class FixedK:
     def lookup_span(self, match: int, available: int) -> int:
         return min(available, self.k)
 
-    def observe_lookup(self, match: int, proposed: int, accepted: int) -> None:
+    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None) -> None:
         pass
 
 
 LOOKUP_PRIOR = (0.6, 2.0)  # (rate, weight): a lookup of an unseen match length is tried hopefully
+SHARE_PRIOR = 16.0  # tokens' weight of the prior that every token is drafted (drafted_share)
 
 
 class CostModelK:
@@ -97,6 +105,7 @@ class CostModelK:
         self.k = 0
         # lookup rounds by match length: per position, rounds that reached it and that accepted it
         self.lookup_counts: dict[int, tuple[list[float], list[float]]] = {}
+        self.tokens = (0.0, 0.0)  # committed tokens: (by copies, all)
         self.reestimate()
 
     # ------------------------------------------------------------------ the estimate
@@ -133,10 +142,34 @@ class CostModelK:
         """Probe at the next generation (when k is 0): the drafter or its adapter changed."""
         self.since_probe = self.probe_every
 
-    def next_k(self) -> int:
+    def next_k(self, unread: int = 0, remaining: int | None = None) -> int:
+        """The chosen k, unless the drafter's catch-up costs more than drafting is expected to
+        save in what remains: ``unread`` tokens at the model's catch-up ms against, per token the
+        rounds without a copy commit (the share ``drafted_share`` of ``remaining``), the ms drafting
+        saves over the target alone. Then 0: the target decodes this round alone (the catch-up
+        waits; a generation that copies most of its text never pays for its prompt's)."""
         if self.pinned is not None:
             return self.pinned
-        return self.best_positive() if self.probe_left else self.k
+        if self.probe_left:
+            return self.best_positive()
+        if self.k and unread and remaining is not None:
+            saves = 1e3 / self.model.tokens_per_s([], 0) - 1e3 / self.model.tokens_per_s(self.rates(), self.k)
+            if unread * self.model.catchup_ms > saves * self.drafted_share() * remaining:
+                return 0
+        return self.k
+
+    def drafted_share(self) -> float:
+        """The share of committed tokens that rounds without a copy committed (faded like the
+        acceptance counts; no evidence: 1, every token drafted)."""
+        copied, total = self.tokens
+        return (total - copied + SHARE_PRIOR) / (total + SHARE_PRIOR)
+
+    def _count_tokens(self, committed: int, copied: bool) -> None:
+        copied_n, total = self.tokens
+        copied_n, total = copied_n + copied * committed, total + committed
+        if total > 4 * self.memory:
+            copied_n, total = copied_n / 2, total / 2
+        self.tokens = (copied_n, total)
 
     @contextmanager
     def fixed(self, k: int) -> Iterator["CostModelK"]:
@@ -150,6 +183,7 @@ class CostModelK:
             self.probe_left, self.since_probe = 0, 0  # just measured: no probe needed yet
 
     def observe(self, proposed: int, accepted: int) -> None:
+        self._count_tokens(accepted + 1, copied=False)
         if proposed == 0:
             return
         for i in range(min(proposed, accepted + 1)):
@@ -165,21 +199,35 @@ class CostModelK:
         self.reestimate()
 
     def lookup_rates(self, match: int) -> list[float]:
-        """Acceptance per position of lookup rounds after a ``match``-id suffix, each pulled
-        toward LOOKUP_PRIOR by its weight (no evidence: the prior alone)."""
-        rate, weight = LOOKUP_PRIOR
+        """Acceptance per position of lookup rounds after a ``match``-id suffix, each pulled by
+        LOOKUP_PRIOR's weight toward the position before it (the first toward the prior's rate):
+        a copy accepted whole so far is likely accepted on, so a position seldom reached is not
+        judged by the prior's pessimism (no evidence at all: the prior alone)."""
+        prior, weight = LOOKUP_PRIOR
         reached, accepted = self.lookup_counts.get(match, ([], []))
-        return [(a + rate * weight) / (n + weight) for a, n in zip(accepted, reached)] or [rate]
+        rates = []
+        for a, n in zip(accepted, reached):
+            prior = (a + prior * weight) / (n + weight)
+            rates.append(prior)
+        return rates or [prior]
 
     def lookup_span(self, match: int, available: int) -> int:
-        if self.pinned is not None or available < 1:  # pairing measures the drafter
+        lengths = self.model.copy_lengths(available)
+        if self.pinned is not None or not lengths:  # pairing measures the drafter
             return 0
         rates = self.lookup_rates(match)
-        best = max(range(1, available + 1), key=lambda n: self.model.copied_tokens_per_s(rates, n))
+        best = max(lengths, key=lambda n: self.model.copied_tokens_per_s(rates, n))
         drafting = self.model.tokens_per_s(self.rates(), self.next_k())
         return best if self.model.copied_tokens_per_s(rates, best) > drafting else 0
 
-    def observe_lookup(self, match: int, proposed: int, accepted: int) -> None:
+    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None) -> None:
+        """``next_kept`` counts as one more position observed: the bonus token is the target's
+        verdict on the copy's next id (greedy: its argmax; sampling: a draw from p, which is that
+        id with probability p(id), the point-mass rule's chance of accepting it). So a copy verified
+        short learns whether a longer one would have been kept, at no cost."""
+        self._count_tokens(accepted + 1, copied=True)
+        if next_kept is not None:
+            proposed, accepted = proposed + 1, accepted + next_kept
         reached, acc = self.lookup_counts.setdefault(match, ([], []))
         for i in range(min(proposed, accepted + 1)):
             if i == len(reached):
@@ -197,4 +245,5 @@ class CostModelK:
                 "target_alone_tokens_per_s": round(self.model.tokens_per_s([], 0), 3), "best_k": best,
                 "best_k_tokens_per_s": round(self.model.tokens_per_s(self.rates(), best), 3),
                 "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left),
+                "drafted_share": round(self.drafted_share(), 3),
                 "lookup_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m)] for m in sorted(self.lookup_counts)}}

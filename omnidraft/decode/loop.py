@@ -47,8 +47,9 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
            k: DraftLength, max_new_tokens: int, stop: set[int], lookup: ContextIndex | None = None) -> Iterator[Round]:
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
 
-    ``k`` says how many drafter tokens each round drafts (decode/draft_length.py) and sees what
-    each round accepted; a round of 0 is the target decoding one token alone (its token is
+    ``k`` says how many drafter tokens each round drafts (decode/draft_length.py), told what the
+    drafter would first have to read (its catch-up) and what may still be committed, and sees
+    what each round accepted; a round of 0 is the target decoding one token alone (its token is
     translated back into the drafter's context when a later round drafts, or at the end).
     ``lookup``: the context's index (prompt and committed ids are synced into it each round);
     where its suffix occurred before, ``k.lookup_span`` may take the copied continuation as the
@@ -76,7 +77,9 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
             # 0. a copy from the context, when one is found and the cost model prefers it
             match = _look_up(lookup, state.committed, room)
             span = k.lookup_span(match.length, len(match.continuation)) if match else 0
-            k_round = 0 if span else min(k.next_k(), room)
+            # the drafter's catch-up: what it has not read, translated back or not
+            unread = 0 if span else proposer.unread(state) + len(behind)
+            k_round = 0 if span else min(k.next_k(unread, max_new_tokens - produced), room)
             # 1. draft and 2. translate: target ids (+ q' for rejection sampling); the drafter's
             # context first takes in what rounds without a draft committed
             if k_round:
@@ -90,8 +93,11 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
                 prop = prop.prefix(target_room)
             # 3. verify (one target forward)
             verdict = target.verify(prop.target_ids, prop.q)
-            if span:
-                k.observe_lookup(match.length, len(prop.target_ids), verdict.accepted)
+            if span:  # a copy kept whole: is the bonus token the copy's next id?
+                n = len(prop.target_ids)
+                more = verdict.accepted == n < len(match.continuation)
+                k.observe_lookup(match.length, n, verdict.accepted,
+                                 verdict.token == match.continuation[n] if more else None)
             else:
                 k.observe(len(prop.target_ids), verdict.accepted)
             # 4. accept: the kept prefix plus the correction/bonus token, cut at a stop id or budget

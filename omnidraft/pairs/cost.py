@@ -7,6 +7,8 @@ i is accepted given that positions before it were, the expected tokens per round
 ``1 + sum_j prod_{i<=j} a_i`` and the pair's speed ``E[tokens] / (v(k+1) + k c + t)`` (t: the
 measured translation time per round). Plain decoding runs at ``1 / v(1)``; ``choose`` picks the
 k that maximises the pair's speed and k = 0 (the target alone) when no k beats plain decoding.
+A copy from the context costs v(n + 1) alone. The drafter's ms per token when it reads committed
+text in one call (``catchup_ms``) prices its catch-up (decode/draft_length.py decides with it).
 
 Measurements go through the runtimes' own ``extend``/``rollback`` (the calls verification and
 drafting make). A pair's model and the acceptance counts pairing measured are kept in
@@ -27,7 +29,12 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
 
 CONTEXT = 64  # tokens in the cache before a timed call (a short prompt's worth)
-WIDTHS = (1, 2, 3, 4, 5, 7, 9)  # what a session times: v(1..9) for k <= 8, interpolated between
+# what a session times: v(1..9) for k <= 8, and the wider calls a long copy from the context is
+# verified in. Verification costs rise in steps, not lines (XNNPACK's int8 GEMMs on AVX2 take 4 rows
+# at a time: v(5) ~ v(8) ~ 1.8 v(4) on the 1.5B here), so a copy proposes only lengths whose call
+# width was measured (CostModel.copy_lengths); widths between are interpolated for the drafter only.
+WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32)
+CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied text's worth)
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
 
 
@@ -78,11 +85,13 @@ def _all_rows(lm) -> bool:
 
 @dataclass
 class CostModel:
-    """v(n) in ms by call width, the drafter's ms per token, translation ms per round."""
+    """v(n) in ms by call width, the drafter's ms per token, translation ms per round, and the
+    drafter's ms per token when it reads committed text in one call (its catch-up)."""
 
     verify_ms: dict[int, float]
     drafter_ms: float
     translate_ms: float = 0.0
+    catchup_ms: float = 0.0
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
@@ -117,6 +126,11 @@ class CostModel:
         if k == 0:
             return 1e3 / self.v(1)
         return 1e3 * self.expected_tokens(accept, k) / (self.v(k + 1) + k * self.drafter_ms + self.translate_ms)
+
+    def copy_lengths(self, available: int) -> list[int]:
+        """Copy lengths up to ``available`` whose verify width (n + 1) was measured: an
+        interpolated width could cost the next step's price (see WIDTHS)."""
+        return [w - 1 for w in sorted(self.verify_ms) if 1 <= w - 1 <= available]
 
     def copied_tokens_per_s(self, accept: list[float], n: int) -> float:
         """A round verifying ``n`` ids copied from the context: no drafter, no translation."""
@@ -163,35 +177,42 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
         return None
     m = data["model"]
     model = CostModel(verify_ms={int(w): float(ms) for w, ms in m["verify_ms"].items()},
-                      drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)))
+                      drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)),
+                      catchup_ms=float(m.get("catchup_ms", 0.0)))
     return model, data.get("reached", []), data.get("accepted", [])
 
 
 def for_pair(pair_name: str, target, drafter, eager_dtype: str, k_max: int = 8, progress=None):
     """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
     the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
-    few seconds) and kept. Returns (draft_length, path, what it was measured on)."""
+    few seconds) and kept; a model saved without every width of WIDTHS is measured again, its
+    acceptance counts kept. Returns (draft_length, path, what it was measured on)."""
     from omnidraft.decode.draft_length import CostModelK
     from omnidraft.pairs.spec import pair_dir
 
     on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
     path = pair_dir(pair_name) / "cost.json"
     saved = load(path, on)
-    if saved is None:
-        saved = (measure(target, drafter, WIDTHS, reps=5, progress=progress), [], [])
-        save(path, saved[0], [], [], on)
+    if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms):
+        reached, accepted = saved[1:] if saved else ([], [])
+        saved = (measure(target, drafter, WIDTHS, reps=5, progress=progress), reached, accepted)
+        save(path, *saved, on)
     return CostModelK(saved[0], saved[1], saved[2], k_max=k_max), path, on
 
 
-def measure(target, drafter=None, widths: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 16), reps: int = 7,
+def measure(target, drafter=None, widths: tuple[int, ...] = WIDTHS, reps: int = 7,
             progress=None) -> CostModel:
-    """Time ``target`` (an LM) at each width and ``drafter`` (an LM) per token."""
+    """Time ``target`` (an LM) at each width and ``drafter`` (an LM) per token, one at a time and
+    reading CATCHUP tokens in one call."""
     verify = {}
     for w in widths:
         verify[w] = round(time_calls(target, w, reps), 3)
         if progress:
             progress(f"verify width {w}: {verify[w]:.1f} ms")
-    drafter_ms = round(time_calls(drafter, 1, reps), 3) if drafter is not None else 0.0
-    if progress and drafter is not None:
-        progress(f"drafter: {drafter_ms:.1f} ms per token")
-    return CostModel(verify_ms=verify, drafter_ms=drafter_ms)
+    if drafter is None:
+        return CostModel(verify_ms=verify, drafter_ms=0.0)
+    drafter_ms = round(time_calls(drafter, 1, reps), 3)
+    catchup_ms = round(time_calls(drafter, CATCHUP, reps) / CATCHUP, 3)
+    if progress:
+        progress(f"drafter: {drafter_ms:.1f} ms per token, {catchup_ms:.2f} ms per token read {CATCHUP} at a time")
+    return CostModel(verify_ms=verify, drafter_ms=drafter_ms, catchup_ms=catchup_ms)

@@ -51,3 +51,7 @@ class Proposer(Protocol):
     def observe(self, state: DraftState, fresh: int) -> None:
         """After the committed tokens reach the drafter's context: the last ``fresh`` of
         ``state.generated`` are new since the previous call (cache updates)."""
+
+    def unread(self, state: DraftState) -> int:
+        """Tokens of ``state.ctx`` a draft would first feed the drafter (its catch-up: the prompt
+        at a generation's start, what rounds without a draft committed); 0 without a drafter."""

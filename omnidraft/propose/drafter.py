@@ -81,6 +81,14 @@ class Drafter:
         self.embeddings = (model.input_embeddings()  # [Vd, H]
                            if head is not None and not model.scores_accept else None)
 
+    def unread(self, ids: list[int]) -> int:
+        """Ids of ``ids`` the model has not read: past the longest prefix its cache shares."""
+        cached = self.model.tokens
+        if ids[:len(cached)] == cached:  # the usual case: the cache is a prefix of the context
+            return len(ids) - len(cached)
+        common = next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
+        return len(ids) - common
+
     def room(self, n_ids: int) -> int:
         """Draft tokens that fit the window after syncing to ``n_ids`` ids (sync, then k - 1 extends)."""
         return self.model.max_length - n_ids + 1

@@ -114,3 +114,6 @@ class LookupProposer:
 
     def observe(self, state, fresh: int) -> None:
         pass
+
+    def unread(self, state) -> int:
+        return 0

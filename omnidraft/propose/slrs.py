@@ -192,5 +192,8 @@ class SLRSProposer:
         prop.translate_s = time.perf_counter() - t0 - self.forward_s
         return prop
 
+    def unread(self, state: DraftState) -> int:
+        return self.drafter.unread(state.ctx.ids)
+
     def observe(self, state: DraftState, fresh: int) -> None:
         pass

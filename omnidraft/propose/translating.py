@@ -69,6 +69,9 @@ class TranslatingProposer:
         return replace(prop, drafts=drafts + untranslatable, q=q_target, drafter_forwards=forwards,
                        translate_s=time.perf_counter() - t0)
 
+    def unread(self, state: DraftState) -> int:
+        return self.drafter.unread(state.ctx.ids)
+
     def observe(self, state: DraftState, fresh: int) -> None:
         if self.learn is not None:  # the usual window, or all of a longer stretch
             learn_ngrams(self.learn, state.ctx, state.generated, window=max(LEARN_WINDOW, fresh))

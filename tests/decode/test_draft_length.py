@@ -101,7 +101,7 @@ def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
     assert alone.metrics["target_forwards"] == len(ref.token_ids)
 
     class Zigzag(FixedK):  # 3, 0, 3, 0, ...: the drafter sits out rounds and catches up
-        def next_k(self):
+        def next_k(self, unread=0, remaining=None):
             self.k = (self.k * 7 + 3) % 6
             return self.k
 
@@ -155,3 +155,55 @@ def test_copies_mixed_with_drafts_keep_greedy_output_the_targets(cross):
     copies = [r for r in rounds if r.kind == "lookup"]
     assert all(r.proposal.drafter_forwards == 0 and r.match >= 2 for r in copies)  # a copy drafts nothing
     assert kinds["lookup"]["accepted"] == sum(r.verdict.accepted for r in copies)
+
+
+def test_a_copy_is_verified_only_at_a_width_whose_cost_was_measured():
+    """Verification costs rise in steps (4-row GEMM tiles: v(5) ~ v(8)); between v(4) and v(13)
+    a straight line would make 10 copied ids look cheap (v(11) ~ 31.7 ms) where they may cost the
+    step past 8. Copies accepted whole are verified at a measured width: 3 of 10, all 12 of 12."""
+    m = CostModel({1: 10.0, 2: 12.0, 4: 13.0, 13: 37.0}, drafter_ms=5.0)
+    dl = CostModelK(m, reached=[100], accepted=[10])
+    for _ in range(40):
+        dl.observe_lookup(5, 12, 12)
+    assert dl.lookup_span(5, 10) == 3
+    assert dl.lookup_span(5, 12) == 12 and dl.lookup_span(5, 2) == 1
+
+
+def test_a_copy_kept_whole_learns_from_the_bonus_token_whether_its_next_id_would_have_been_kept():
+    dl = CostModelK(CHEAP, reached=[100], accepted=[60])
+    for _ in range(30):  # 3 ids copied and kept, and the target's bonus token was the copy's 4th
+        dl.observe_lookup(8, 3, 3, next_kept=True)
+    assert len(dl.lookup_rates(8)) == 4 and dl.lookup_rates(8)[3] > 0.9
+    dl.observe_lookup(6, 3, 3, next_kept=False)  # the copy's 4th id was not the target's token
+    assert dl.lookup_counts[6] == ([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0])
+
+
+def test_a_position_seldom_reached_is_judged_by_the_positions_before_it():
+    """Copies kept whole at 3 ids, then one of 7 kept whole too: the next spans are not cut back
+    to 3 by a prior's pessimism about positions seen once."""
+    step = CostModel({1: 62.0, 2: 80.0, 3: 84.0, 4: 92.0, 5: 150.0, 6: 160.0, 7: 150.0, 8: 153.0, 9: 210.0,
+                      12: 214.0, 16: 269.0}, drafter_ms=12.0)
+    dl = CostModelK(step, reached=[100, 60], accepted=[56, 42])
+    for _ in range(30):
+        dl.observe_lookup(8, 3, 3)
+    dl.observe_lookup(8, 7, 7)
+    assert dl.lookup_span(8, 32) >= 7
+
+
+def test_the_drafter_catches_up_only_where_drafting_will_repay_it():
+    """Reading 150 unread tokens costs 150 x 2.5 ms; drafting saves ~6.3 ms a token here. Worth it
+    over 96 tokens all drafted, not over 16, nor where copies commit 9 tokens in 10."""
+    m = CostModel(CHEAP.verify_ms, drafter_ms=1.0, catchup_ms=2.5)
+    dl = CostModelK(m, reached=[100], accepted=[90])
+    k = dl.k
+    assert k > 0 and dl.drafted_share() == 1.0
+    assert dl.next_k(150, 96) == k and dl.next_k(150, 16) == 0 and dl.next_k(0, 16) == k
+    assert dl.next_k(150) == k  # nothing known of what remains: draft as chosen
+    for _ in range(30):  # rounds of copies, 9 tokens each, and one drafted round in ten
+        dl.observe_lookup(8, 8, 8)
+        if _ % 10 == 0:
+            dl.observe(k, k)
+    assert dl.drafted_share() < 0.2
+    assert dl.next_k(150, 96) == 0 and dl.next_k(3, 96) == k
+    with dl.fixed(4):  # pairing measures acceptance: no veto
+        assert dl.next_k(150, 16) == 4

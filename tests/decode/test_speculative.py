@@ -251,12 +251,14 @@ class _Schedule:
 
     def __init__(self):
         self.n = 0
+        self.told: list[int] = []  # the drafter's unread tokens each round was told of
 
     def start(self):
         self.n = 0
 
-    def next_k(self):
+    def next_k(self, unread=0, remaining=None):
         self.n += 1
+        self.told.append(unread)
         return 3 if self.n % 3 == 0 else 0
 
     def observe(self, proposed, accepted):
@@ -295,11 +297,20 @@ def test_rounds_without_a_draft_reach_the_drafter_before_it_drafts_and_by_the_en
         def observe(self, state, fresh):
             inner.observe(state, fresh)
 
+        def unread(self, state):
+            return inner.unread(state)
+
     prompt = PROMPTS[0]
     ctx = DraftContext(pair.draft_tok, vm, encode_prompt(pair.draft_tok, prompt, chat=False))
+    schedule = _Schedule()
     rounds = list(decode(Spy(), LocalTarget(t.fork(), SamplingConfig()), ctx, encode_prompt(pair.target_tok, prompt, chat=False),
-                         k=_Schedule(), max_new_tokens=20, stop=set()))
+                         k=schedule, max_new_tokens=20, stop=set()))
     out = [i for r in rounds for i in r.committed]
     assert out == generate_ar(t, pair.target_tok, prompt, max_new_tokens=20).token_ids
     assert len(seen) >= 2 and all(drafter == target for drafter, target in seen)
     assert len(rounds) > len(seen) and spelled(ctx) == committed_bytes(out)
+    # the draft length is told the drafter's catch-up: the whole prompt until it first drafts,
+    # then the tokens after its drafts (the bonus at least) and what rounds without a draft added
+    told = schedule.told
+    assert told[:3] == [len(ctx.prompt_ids) + i for i in range(3)]
+    assert told[3] >= 1 and told[4:6] == [told[3] + 1, told[3] + 2]

@@ -70,3 +70,25 @@ def test_a_pairs_cost_model_is_kept_only_for_what_it_was_measured_on(tmp_path):
     assert cost.load(tmp_path / "cost.json", {**on, "cpu": "Y"}) is None  # another machine measures its own
     assert cost.load(tmp_path / "cost.json", {**on, "target_runtime": "transformers bf16"}) is None
     assert cost.load(tmp_path / "missing.json", on) is None
+
+
+def test_copies_are_only_as_long_as_a_measured_width():
+    """Verification costs rise in steps (GEMM row tiles): an interpolated width may cost the next
+    step's price, so a copy of n ids is proposed only where v(n + 1) was timed."""
+    m = CostModel({1: 10.0, 4: 13.0, 13: 37.0}, drafter_ms=1.0)
+    assert m.copy_lengths(10) == [3] and m.copy_lengths(12) == [3, 12] and m.copy_lengths(2) == []
+    assert m.copy_lengths(12) == [n for n in range(1, 13) if n + 1 in m.verify_ms]
+
+
+def test_a_saved_model_without_every_width_is_measured_again_with_its_counts_kept(tmp_path, monkeypatch):
+    from omnidraft.pairs import cost, spec
+
+    monkeypatch.setattr(spec, "pair_dir", lambda name: tmp_path)
+    monkeypatch.setattr(cost, "measured_on", lambda *a: {"cpu": "X"})
+    monkeypatch.setattr(cost, "runtime_name", lambda *a: "r")
+    cost.save(tmp_path / "cost.json", CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0), [10.0], [8.0], {"cpu": "X"})
+    timed = CostModel({w: 10.0 + w for w in cost.WIDTHS}, drafter_ms=2.0)
+    monkeypatch.setattr(cost, "measure", lambda *a, **kw: timed)
+    dl, path, _ = cost.for_pair("p", None, None, "fp32")
+    assert dl.model == timed and dl.reached == [10.0] and dl.accepted == [8.0]
+    assert cost.load(path, {"cpu": "X"})[0] == timed  # kept for the next session

@@ -82,6 +82,9 @@ class _LastTokenProposer:
     def observe(self, state, fresh):
         pass
 
+    def unread(self, state):
+        return 0  # no drafter to catch up
+
 
 def test_a_new_strategy_is_one_class_and_one_registry_line(cross, monkeypatch):
     d, t, pair = cross
