@@ -66,6 +66,13 @@ def prefill(lm: LM, ids: list[int], *, hidden: bool = False) -> Forward:
     return lm.extend(ids, hidden=hidden, last_only=True)
 
 
+def common_prefix(cached: list[int], ids: list[int]) -> int:
+    """Length of the longest common prefix of ``cached`` and ``ids``."""
+    if ids[:len(cached)] == cached:  # the usual case: the cache is a prefix of the context
+        return len(cached)
+    return next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
+
+
 def sync(lm: LM, ids: list[int], *, hidden: bool = False) -> Forward:
     """Make ``lm``'s cache hold ``ids`` and return the outputs after its last token only.
 
@@ -74,8 +81,6 @@ def sync(lm: LM, ids: list[int], *, hidden: bool = False) -> Forward:
     """
     if not ids:
         raise ValueError("sync needs at least one token")
-    common, limit = 0, min(lm.length, len(ids) - 1)
-    while common < limit and lm.tokens[common] == ids[common]:
-        common += 1
+    common = min(common_prefix(lm.tokens, ids), len(ids) - 1)
     lm.truncate(common)
     return lm.extend(ids[common:], hidden=hidden, last_only=True)

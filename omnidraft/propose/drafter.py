@@ -13,6 +13,7 @@ import torch
 
 from omnidraft.sampling import SamplingConfig, probs, sample
 from omnidraft.errors import OmniDraftError
+from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import LM, Forward
 
 
@@ -83,11 +84,7 @@ class Drafter:
 
     def unread(self, ids: list[int]) -> int:
         """Ids of ``ids`` the model has not read: past the longest prefix its cache shares."""
-        cached = self.model.tokens
-        if ids[:len(cached)] == cached:  # the usual case: the cache is a prefix of the context
-            return len(ids) - len(cached)
-        common = next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
-        return len(ids) - common
+        return len(ids) - lm_ops.common_prefix(self.model.tokens, ids)
 
     def room(self, n_ids: int) -> int:
         """Draft tokens that fit the window after syncing to ``n_ids`` ids (sync, then k - 1 extends)."""
