@@ -9,7 +9,10 @@ decoding (prompt_lookup_num_tokens=10) and its assisted generation at its best s
 Greedy. A follow-up conversation's earlier answer is the target's own greedy answer, in the
 measured prompt (the target's chat template over the whole conversation) for every row alike.
 Before the rows, the cost model is measured and the drafter's acceptance calibrated on other
-prompts (as `omnidraft pair` does); each pair row then starts from that calibration.
+prompts (as `omnidraft pair` does); each pair row then starts from that calibration. The
+ExecuTorch rows of a prompt run in an order that rotates from prompt to prompt, each from the caches
+the previous prompt left (benchsetup.same_start:
+its chat template's system prompt, as llama.cpp's next call finds it; transformers keeps nothing).
 
   python scripts/bench_copy.py --target qwen2.5-coder-1.5b --code 8 --chat 8
 Writes bench/results/copy-<stamp>.{json,md}.
@@ -52,6 +55,7 @@ def main() -> int:
     from omnidraft.decode.draft_length import CostModelK
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.decode.text import encode_prompt
+    from omnidraft.models.lm import common_prefix
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.cost import WIDTHS, cpu_info, measure
@@ -98,26 +102,35 @@ def main() -> int:
         alone = {"tokens": 0, "s": 0.0, "prefill_s": 0.0}
         rows = {r: {"tokens": 0, "s": 0.0, "prefill_s": 0.0, "forwards": 0, "equal": 0, "kinds": {}} for r in runs}
         base = {b: {"tokens": 0, "s": 0.0} for b in baselines}
+        cached = 0  # prompt ids the target's cache held at each prompt (the template's prefix)
         for i, (text, chat) in enumerate(cases):
-            ref = generate_ar(target, ttok, text, max_new_tokens=args.max_new_tokens, chat=chat)
+            again = benchsetup.same_start(target, drafter)  # every run finds what the first found
+            ids = encode_prompt(ttok, text, chat=chat)
+            cached += common_prefix(target.tokens, ids)
+            order = ["alone", *runs][i % (len(runs) + 1):] + ["alone", *runs][: i % (len(runs) + 1)]
+            got = {}  # the ExecuTorch rows in an order that rotates per prompt (none always first)
+            for r in order:
+                again()
+                got[r] = (generate_ar(target, ttok, text, max_new_tokens=args.max_new_tokens, chat=chat)
+                          if r == "alone" else
+                          generate_speculative(drafter, target, pair, text, cfg=SpecConfig("omnidraft", k=8),
+                                               max_new_tokens=args.max_new_tokens, chat=chat,
+                                               draft_length=lengths[r], lookup=runs[r]))
+            ref = got["alone"]
             alone["tokens"] += ref.metrics["new_tokens"]
             alone["s"] += ref.metrics["wall_s"]
             alone["prefill_s"] += ref.metrics["prefill_s"]
-            for r, lookup in runs.items():
-                got = generate_speculative(drafter, target, pair, text, cfg=SpecConfig("omnidraft", k=8),
-                                           max_new_tokens=args.max_new_tokens, chat=chat,
-                                           draft_length=lengths[r], lookup=lookup)
-                row, m = rows[r], got.metrics
+            for r in runs:
+                row, m = rows[r], got[r].metrics
                 row["tokens"] += m["new_tokens"]
                 row["s"] += m["wall_s"]
                 row["prefill_s"] += m["prefill_s"]
                 row["forwards"] += m["target_forwards"]
-                row["equal"] += got.token_ids == ref.token_ids
+                row["equal"] += got[r].token_ids == ref.token_ids
                 for kind, c in m["rounds_by_kind"].items():
                     mine = row["kinds"].setdefault(kind, {"rounds": 0, "proposed": 0, "accepted": 0})
                     for key in mine:
                         mine[key] += c[key]
-            ids = encode_prompt(ttok, text, chat=chat)
             for b, run in baselines.items():
                 n, secs = run(ids, args.max_new_tokens)
                 base[b]["tokens"] += n
@@ -130,6 +143,7 @@ def main() -> int:
         report["sets"][name] = {
             "prompts": len(cases), "executorch target alone": speed(alone),
             "prefill_share_alone": round(alone["prefill_s"] / max(alone["s"], 1e-9), 3),
+            "cached_prompt_ids_mean": round(cached / len(cases), 1),
             "decode_tokens_per_s_alone": decode(alone),
             "rows": {r: {"tokens_per_s": speed(row), "vs_alone": round(speed(row) / speed(alone), 3),
                          "decode_vs_alone": round(decode(row) / decode(alone), 3),
@@ -205,7 +219,10 @@ def _markdown(report: dict, args) -> list[str]:
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
           f"Drafter {args.drafter} (ExecuTorch 8da8w), target {args.target} (ExecuTorch {args.quant}); greedy, "
           f"{args.max_new_tokens} new tokens, tokens/s over the whole generation (prefill included), every row "
-          "on the same prompts, interleaved per prompt.", "",
+          "on the same prompts, interleaved per prompt (the ExecuTorch rows in a rotating order, each finding the "
+          "caches the previous prompt left: ids cached per prompt, mean, "
+          + ", ".join(f"{n} {s['cached_prompt_ids_mean']}" for n, s in report["sets"].items())
+          + "; llama.cpp keeps its cached prefix the same way).", "",
           f"Cost model: v(n) ms {report['cost']['verify_ms']}; drafter {report['cost']['drafter_ms']} ms/token; "
           f"calibrated drafter acceptance by position {report['calibrated']['position_acceptance']} "
           f"(k = {report['calibrated']['k']}).", ""]

@@ -62,6 +62,7 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     """Per prompt, in an order that rotates: the session's pair, with ``alone`` its target alone
     (draft length 0, same runtime), and each baseline (baselines.py) on the same prompt; unlogged.
     {row: {kind (code / chat): sums}}; a baseline row has tokens/s only."""
+    import benchsetup
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.text import encode_prompt
 
@@ -71,7 +72,9 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     with session.unlogged():
         for i, (prompt, chat) in enumerate(prompts):
             kind = "chat" if chat else "code"
+            again = benchsetup.same_start(session.target, session.drafter)  # each row finds the same caches
             for row in rows[i % len(rows):] + rows[: i % len(rows)]:
+                again()
                 if row in baselines:
                     n, secs = baselines[row](encode_prompt(session.target_tok, prompt, chat=chat), max_new_tokens)
                     got = [n, secs, None, None, None]

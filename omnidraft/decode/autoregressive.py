@@ -16,10 +16,12 @@ from omnidraft.sampling import SamplingConfig, next_token
 
 def decode_ar(target: LM, prompt_ids: list[int], *, max_new_tokens: int,
               sampling: SamplingConfig, stop: set[int], metrics: Metrics) -> Iterator[list[int]]:
-    """Yield each new token (as a one-item list) until a stop id or ``max_new_tokens``."""
+    """Yield each new token (as a one-item list) until a stop id or ``max_new_tokens``. The prefill
+    keeps the longest prefix of the prompt that ``target``'s cache already holds (models/lm.py sync:
+    a chat template's system prompt left by the previous request, as llama.cpp keeps it)."""
     gen = sampling.generator("ar")
     t0 = time.perf_counter()
-    logits = target.prefill(prompt_ids).logits[-1]  # [V]
+    logits = target.sync(prompt_ids).logits[-1]  # [V]
     metrics.target_forwards += 1
     metrics.prefill_s = time.perf_counter() - t0
     for _ in range(max_new_tokens):

@@ -143,18 +143,21 @@ class CostModelK:
         self.since_probe = self.probe_every
 
     def next_k(self, unread: int = 0, remaining: int | None = None) -> int:
-        """The chosen k, unless the drafter's catch-up costs more than drafting is expected to
-        save in what remains: ``unread`` tokens at the model's catch-up ms against, per token the
-        rounds without a copy commit (the share ``drafted_share`` of ``remaining``), the ms drafting
-        saves over the target alone. Then 0: the target decodes this round alone (the catch-up
-        waits; a generation that copies most of its text never pays for its prompt's)."""
+        """The chosen k, unless keeping the drafter reading costs more than drafting is expected
+        to save in what remains. It reads the ``unread`` tokens now and, to draft again after each
+        copy, every copied id to come (the share 1 - ``drafted_share`` of ``remaining``), at the
+        model's catch-up ms; it saves, per token the rounds without a copy commit (the rest of
+        ``remaining``), the ms drafting saves over the target alone. Then 0: the target decodes
+        this round alone (the reading waits; a generation that copies most of its text never pays
+        for its prompt's, nor drafts between copies it must read)."""
         if self.pinned is not None:
             return self.pinned
         if self.probe_left:
             return self.best_positive()
-        if self.k and unread and remaining is not None:
+        if self.k and remaining is not None:
+            share = self.drafted_share()
             saves = 1e3 / self.model.tokens_per_s([], 0) - 1e3 / self.model.tokens_per_s(self.rates(), self.k)
-            if unread * self.model.catchup_ms > saves * self.drafted_share() * remaining:
+            if (unread + (1 - share) * remaining) * self.model.catchup_ms > saves * share * remaining:
                 return 0
         return self.k
 

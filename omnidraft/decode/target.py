@@ -5,7 +5,8 @@ Cache discipline: the cache holds the committed context except its last token (`
 each verify feeds [pending, t_1..t_m], so one forward yields all m+1 target rows. The first
 verify after ``start`` is the exception: the prompt prefill already ran the pending token and
 kept its logits row, so it feeds only the proposal (a round without one needs no forward at all,
-and a generation costs the target the forwards `ar` pays).
+and a generation costs the target the forwards `ar` pays). The prefill keeps the longest prefix of
+the prompt the cache already holds (a chat template's system prompt, say), as `ar` does.
 Knows models and verification; nothing about drafters or vocabularies.
 """
 
@@ -96,7 +97,7 @@ class LocalTarget:
         return model_eos_ids(self.model)
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.ahead = self.model.prefill(prompt_ids).logits[-1:]
+        self.ahead = self.model.sync(prompt_ids).logits[-1:]  # the cached prefix kept
         self.pending = prompt_ids[-1]
 
     def room(self) -> int:

@@ -2,6 +2,8 @@
 acceptance rounds observe, falling to 0 (the target alone) when drafting stops paying, probing
 again every few generations, and any k schedule leaving greedy output the target's own."""
 
+import copy
+
 import pytest
 
 from omnidraft.decode.draft_length import CostModelK, FixedK
@@ -192,18 +194,26 @@ def test_a_position_seldom_reached_is_judged_by_the_positions_before_it():
 
 def test_the_drafter_catches_up_only_where_drafting_will_repay_it():
     """Reading 150 unread tokens costs 150 x 2.5 ms; drafting saves ~6.3 ms a token here. Worth it
-    over 96 tokens all drafted, not over 16, nor where copies commit 9 tokens in 10."""
+    over 96 tokens all drafted, not over 16, nor where copies commit 9 tokens in 10: there the
+    drafter would also read every copied id to come (~0.9 x 96 x 2.5 ms) to draft the tenth
+    token, so it stops even with nothing unread; where copies commit half, it drafts on."""
     m = CostModel(CHEAP.verify_ms, drafter_ms=1.0, catchup_ms=2.5)
     dl = CostModelK(m, reached=[100], accepted=[90])
     k = dl.k
     assert k > 0 and dl.drafted_share() == 1.0
     assert dl.next_k(150, 96) == k and dl.next_k(150, 16) == 0 and dl.next_k(0, 16) == k
     assert dl.next_k(150) == k  # nothing known of what remains: draft as chosen
+    half = copy.deepcopy(dl)
     for _ in range(30):  # rounds of copies, 9 tokens each, and one drafted round in ten
         dl.observe_lookup(8, 8, 8)
         if _ % 10 == 0:
             dl.observe(k, k)
     assert dl.drafted_share() < 0.2
-    assert dl.next_k(150, 96) == 0 and dl.next_k(3, 96) == k
+    assert dl.next_k(150, 96) == 0 and dl.next_k(3, 96) == 0 and dl.next_k(0, 96) == 0
+    for _ in range(30):  # copies commit about a third of the tokens
+        half.observe_lookup(8, 4, 4)
+        half.observe(k, k)
+    assert 0.5 < half.drafted_share() < 0.8
+    assert half.next_k(3, 96) == k and half.next_k(150, 16) == 0
     with dl.fixed(4):  # pairing measures acceptance: no veto
         assert dl.next_k(150, 16) == 4

@@ -137,6 +137,39 @@ def test_greedy_speculative_through_program_equals_its_own_greedy(quant, target_
             assert got.token_ids == ref.token_ids, (prompt, cfg)
 
 
+def test_a_generation_keeps_the_prompt_prefix_the_program_holds(quantised_target, cross):
+    """The prefill reads only what the cache does not hold already (the previous request's shared
+    prefix, here its first 5 ids), alone and in the pair, and both outputs are what a fresh cache
+    gives."""
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, out, _ = quantised_target
+    d, _, pair = cross
+    target = ExecuTorchLM(out)
+    first, second = "def fibonacci(n):\n    return", "def fibonacci(n):\n    if n"
+    ids = pair.target_tok(second)["input_ids"]
+    shared = next(i for i, (a, b) in enumerate(zip(pair.target_tok(first)["input_ids"], ids)) if a != b)
+    fresh = generate_ar(target, pair.target_tok, second, max_new_tokens=12).token_ids
+    fed = []
+    target.method = _Fed(target.method, fed)
+    for run in (lambda: generate_ar(target, pair.target_tok, second, max_new_tokens=12),
+                lambda: generate_speculative(d, target, pair, second, cfg=SpecConfig("omnidraft", k=3),
+                                             max_new_tokens=12)):
+        generate_ar(target, pair.target_tok, first, max_new_tokens=12)
+        fed.clear()
+        assert run().token_ids == fresh
+        assert fed[0] == len(ids) - shared and shared >= 5
+
+
+class _Fed:
+    def __init__(self, method, fed: list):
+        self.method, self.fed = method, fed
+
+    def execute(self, inputs):
+        self.fed.append(inputs[0].shape[1])
+        return self.method.execute(inputs)
+
+
 def test_target_config_is_checked():
     from omnidraft.export.lower import ExportConfig, export_target
 
