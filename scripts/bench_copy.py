@@ -10,9 +10,9 @@ Greedy. A follow-up conversation's earlier answer is the target's own greedy ans
 measured prompt (the target's chat template over the whole conversation) for every row alike.
 Before the rows, the cost model is measured and the drafter's acceptance calibrated on other
 prompts (as `omnidraft pair` does); each pair row then starts from that calibration. The
-ExecuTorch rows of a prompt run in an order that rotates from prompt to prompt, each from the caches
-the previous prompt left (benchsetup.same_start:
-its chat template's system prompt, as llama.cpp's next call finds it; transformers keeps nothing).
+ExecuTorch rows of a prompt run in an order that rotates from prompt to prompt, each from the
+caches the previous prompt left (benchsetup.same_start: its chat template's system prompt, as
+llama.cpp's next call finds it; transformers keeps nothing).
 
   python scripts/bench_copy.py --target qwen2.5-coder-1.5b --code 8 --chat 8
 Writes bench/results/copy-<stamp>.{json,md}.
