@@ -11,7 +11,7 @@ measured prompt (the target's chat template over the whole conversation) for eve
 Before the rows, the cost model is measured and the drafter's acceptance calibrated on other
 prompts (as `omnidraft pair` does); each pair row then starts from that calibration. The
 ExecuTorch rows of a prompt run in an order that rotates from prompt to prompt, each from the
-caches the previous prompt left (benchsetup.same_start: its chat template's system prompt, as
+caches the previous prompt left (models/lm.py same_start: its chat template's system prompt, as
 llama.cpp's next call finds it; transformers keeps nothing).
 
   python scripts/bench_copy.py --target qwen2.5-coder-1.5b --code 8 --chat 8
@@ -55,7 +55,7 @@ def main() -> int:
     from omnidraft.decode.draft_length import CostModelK
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.decode.text import encode_prompt
-    from omnidraft.models.lm import common_prefix
+    from omnidraft.models.lm import common_prefix, same_start
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.cost import WIDTHS, cpu_info, measure
@@ -104,7 +104,7 @@ def main() -> int:
         base = {b: {"tokens": 0, "s": 0.0} for b in baselines}
         cached = 0  # prompt ids the target's cache held at each prompt (the template's prefix)
         for i, (text, chat) in enumerate(cases):
-            again = benchsetup.same_start(target, drafter)  # every run finds what the first found
+            again = same_start(target, drafter)  # every run finds what the first found
             ids = encode_prompt(ttok, text, chat=chat)
             cached += common_prefix(target.tokens, ids)
             order = ["alone", *runs][i % (len(runs) + 1):] + ["alone", *runs][: i % (len(runs) + 1)]

@@ -60,6 +60,7 @@ def main() -> int:
     log = benchsetup.logger("device-pair" + ("-before" if before else ""))
     from omnidraft.decode.draft_length import CostModelK, FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.models.lm import same_start
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
@@ -102,7 +103,7 @@ def main() -> int:
         base = {b: [0, 0.0] for b in baselines}  # new tokens, seconds (whole generation)
         state = dl.state()  # what the cost model reads before this set
         for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, the pair runs, baselines
-            again = benchsetup.same_start(target, drafter)  # every run finds what the first found
+            again = same_start(target, drafter)  # every run finds what the first found
             again()
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             alone.add(benchio.filled(ref.metrics))

@@ -62,9 +62,9 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     """Per prompt, in an order that rotates: the session's pair, with ``alone`` its target alone
     (draft length 0, same runtime), and each baseline (baselines.py) on the same prompt; unlogged.
     {row: {kind (code / chat): sums}}; a baseline row has tokens/s only."""
-    import benchsetup
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.text import encode_prompt
+    from omnidraft.models.lm import same_start
 
     baselines = baselines or {}
     rows = ["pair", *(["target alone"] if alone else []), *baselines]
@@ -72,7 +72,7 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     with session.unlogged():
         for i, (prompt, chat) in enumerate(prompts):
             kind = "chat" if chat else "code"
-            again = benchsetup.same_start(session.target, session.drafter)  # each row finds the same caches
+            again = same_start(session.target, session.drafter)  # each row finds the same caches
             for row in rows[i % len(rows):] + rows[: i % len(rows)]:
                 again()
                 if row in baselines:

@@ -3,8 +3,7 @@
 Knows the command-line options every script has (drafter and target names, dtype, threads,
 draft length, new tokens, prompt count, output folder), the torch thread and seed setup, how a
 model is loaded with its tokenizer and paired with another, the mixed HumanEval + chat prompt
-lists, the stderr progress log, running clients concurrently, and giving every run on one prompt
-the cache state the first found (``same_start``). Does not know what a benchmark measures, its own options, or
+lists, the stderr progress log, and running clients concurrently. Does not know what a benchmark measures, its own options, or
 how its results are written (benchio.py).
 """
 
@@ -111,21 +110,3 @@ def concurrently(client: Callable[[int], None], n: int) -> float:
         t.join()
     return time.perf_counter() - t0
 
-
-def same_start(*lms) -> Callable[[], None]:
-    """Call ``again = same_start(target, drafter)`` at a prompt, then ``again()`` before each run
-    on it: every model goes back to holding what it held at the prompt, as far as the runs since
-    kept it (the prefix the previous prompt left, a chat template's system prompt: a generation
-    keeps the cached prefix of its prompt). So no run finds the prompt an earlier run on it left,
-    and each reads it as a request after a different one does (and as llama.cpp's next call,
-    which keeps its cached prefix too). Models that fork a fresh cache per generation (eager) hold
-    nothing; a remote target (no cache here) is left alone."""
-    from omnidraft.models.lm import common_prefix
-
-    held = [(lm, list(lm.tokens)) for lm in lms if hasattr(lm, "truncate")]
-
-    def again() -> None:
-        for lm, tokens in held:
-            lm.truncate(common_prefix(lm.tokens, tokens))
-
-    return again

@@ -34,6 +34,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
          say: Callable[..., None] | None = None) -> dict:
     """The README's main job (see the module docstring); returns what it printed, as numbers."""
     from omnidraft.decode.generate import generate_ar
+    from omnidraft.models.lm import same_start
     from omnidraft.models.loading import load_model
     from omnidraft.pairs import programs
     from omnidraft.pairs.cost import cpu_info
@@ -60,13 +61,16 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     with session.unlogged():  # held out: never trained on
         for n, p in enumerate(shown):
             say(f"\n>>> {p.strip()[:70]}")
+            again = same_start(session.target, session.drafter)  # neither finds the prompt the other left
             if n % 2:  # which runs first alternates: neither side always gets a warmed-up machine
                 a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             session.new_conversation()  # each prompt its own: no copying from another phase's answer
+            again()
             for text in session.stream(p, max_new_tokens=max_new_tokens):
                 say(text, end="")
             m = session.last.metrics
             if not n % 2:
+                again()
                 a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             drafted = m.get("rounds_by_kind", {}).get("drafter", {"proposed": 0, "accepted": 0})
             for key, src, mm in (("pair_tokens", "new_tokens", m), ("pair_wall", "wall_s", m),

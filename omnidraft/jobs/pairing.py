@@ -56,6 +56,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
     import statistics
 
     from omnidraft.decode.generate import generate_ar
+    from omnidraft.models.lm import same_start
     from omnidraft.decode.text import encode_prompt
 
     engine = getattr(session.target, "generate_alone", None)  # an OpenAI-API target's engine
@@ -67,6 +68,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
         if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
             break
         session.new_conversation()  # unrelated prompts: none copies from another's answer
+        again = same_start(session.target, session.drafter)  # the target alone does not find the pair's prompt
         m = session.generate(p, max_new_tokens=max_new_tokens).metrics
         tot["tokens"] += m["new_tokens"]
         tot["wall"] += m["wall_s"]
@@ -78,6 +80,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
         if m["translate_ms_median"] is not None and m["proposed"]:
             translate.append(m["translate_ms_median"])
         if ar:
+            again()
             a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
             tot["ar_tokens"] += a["new_tokens"]
             tot["ar_wall"] += a["wall_s"]

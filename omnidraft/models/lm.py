@@ -73,6 +73,22 @@ def common_prefix(cached: list[int], ids: list[int]) -> int:
     return next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
 
 
+def same_start(*lms: LM):
+    """For runs compared on one prompt: ``again = same_start(target, drafter)`` at the prompt, then
+    ``again()`` before each run. Every model goes back to holding what it held at the prompt, as far
+    as the runs since kept it (a generation keeps the cached prefix of its prompt: the previous
+    prompt's shared prefix, a chat template's system prompt), so no run finds the prompt an earlier
+    run on it left. Models that fork a fresh cache per generation hold nothing; a remote target
+    (no cache here) is left alone."""
+    held = [(lm, list(lm.tokens)) for lm in lms if hasattr(lm, "truncate")]
+
+    def again() -> None:
+        for lm, tokens in held:
+            lm.truncate(common_prefix(lm.tokens, tokens))
+
+    return again
+
+
 def sync(lm: LM, ids: list[int], *, hidden: bool = False) -> Forward:
     """Make ``lm``'s cache hold ``ids`` and return the outputs after its last token only.
 

@@ -109,3 +109,23 @@ def test_fork_has_its_own_cache(qwen_tok):
     b.prefill([4, 5])
     assert (a.tokens, b.tokens, lm.tokens) == ([1, 2, 3], [4, 5], [])
     assert a.model is b.model is lm.model
+
+
+def test_same_start_gives_every_run_on_a_prompt_the_cache_the_first_found():
+    """The previous prompt left [1, 2, 3, 4]; a run on the next prompt [1, 2, 9] keeps [1, 2] and
+    writes its own tokens; ``again()`` takes the cache back to [1, 2] (what the next run must find),
+    a run that kept all of it back to [1, 2, 3, 4]; an object without a cache is left alone."""
+    from omnidraft.models.lm import same_start, sync
+
+    from ..bigram import BigramLM
+
+    lm = BigramLM(50, {3: 1.0}, seed=0)
+    lm.extend([1, 2, 3, 4])
+    again = same_start(lm, object())
+    sync(lm, [1, 2, 9])
+    lm.extend([7, 7])
+    again()
+    assert lm.tokens == [1, 2]
+    lm.extend([3, 4, 5])
+    again()
+    assert lm.tokens == [1, 2, 3, 4]
