@@ -102,14 +102,15 @@ def main() -> int:
         alone = {"tokens": 0, "s": 0.0, "prefill_s": 0.0}
         rows = {r: {"tokens": 0, "s": 0.0, "prefill_s": 0.0, "forwards": 0, "equal": 0, "kinds": {}} for r in runs}
         base = {b: {"tokens": 0, "s": 0.0} for b in baselines}
+        executorch_rows = ["alone", *runs]
         cached = 0  # prompt ids the target's cache held at each prompt (the template's prefix)
         for i, (text, chat) in enumerate(cases):
             again = same_start(target, drafter)  # every run finds what the first found
             ids = encode_prompt(ttok, text, chat=chat)
             cached += common_prefix(target.tokens, ids)
-            order = ["alone", *runs][i % (len(runs) + 1):] + ["alone", *runs][: i % (len(runs) + 1)]
-            got = {}  # the ExecuTorch rows in an order that rotates per prompt (none always first)
-            for r in order:
+            turn = i % len(executorch_rows)  # the rows in an order that rotates per prompt: none always first
+            got = {}
+            for r in executorch_rows[turn:] + executorch_rows[:turn]:
                 again()
                 got[r] = (generate_ar(target, ttok, text, max_new_tokens=args.max_new_tokens, chat=chat)
                           if r == "alone" else

@@ -60,8 +60,8 @@ def main() -> int:
     log = benchsetup.logger("device-pair" + ("-before" if before else ""))
     from omnidraft.decode.draft_length import CostModelK, FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
-    from omnidraft.models.lm import same_start
     from omnidraft.decode.text import encode_prompt
+    from omnidraft.models.lm import same_start
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.cost import cpu_info, measure

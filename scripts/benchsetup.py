@@ -109,4 +109,3 @@ def concurrently(client: Callable[[int], None], n: int) -> float:
     for t in threads:
         t.join()
     return time.perf_counter() - t0
-

@@ -56,8 +56,8 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
     import statistics
 
     from omnidraft.decode.generate import generate_ar
-    from omnidraft.models.lm import same_start
     from omnidraft.decode.text import encode_prompt
+    from omnidraft.models.lm import same_start
 
     engine = getattr(session.target, "generate_alone", None)  # an OpenAI-API target's engine
     t0 = time.perf_counter()

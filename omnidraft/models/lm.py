@@ -10,7 +10,7 @@ extend/rollback contract; nothing about tokenizers, sampling or strategies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -73,7 +73,7 @@ def common_prefix(cached: list[int], ids: list[int]) -> int:
     return next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
 
 
-def same_start(*lms: LM):
+def same_start(*lms: LM) -> Callable[[], None]:
     """For runs compared on one prompt: ``again = same_start(target, drafter)`` at the prompt, then
     ``again()`` before each run. Every model goes back to holding what it held at the prompt, as far
     as the runs since kept it (a generation keeps the cached prefix of its prompt: the previous

@@ -90,25 +90,25 @@ def test_the_one_token_method_reads_the_window_and_agrees_with_forward_across_it
     _, out, info = quantised_target
     assert info.decode_window == 64
     lm = ExecuTorchLM(out)
-    calls = {"decode": 0, "forward": 0}
-    for name in calls:  # count which method each call runs
-        method = getattr(lm, "decode" if name == "decode" else "method")
-        setattr(lm, "decode" if name == "decode" else "method", _Counting(method, calls, name))
+    calls = {"decode": [], "forward": []}  # the width of each call, by the method it runs
+    lm.decode, lm.method = _Recorded(lm.decode, calls["decode"]), _Recorded(lm.method, calls["forward"])
     ids = [int(x) for x in torch.randint(0, 150000, (70,), generator=torch.Generator().manual_seed(3))]
     lm.prefill(ids[:58])
     alone = torch.cat([lm.extend([t]).logits for t in ids[58:70]])  # positions 58..69: 6 in the window
-    assert calls["decode"] == 6 and calls["forward"] == 1 + 6
+    assert len(calls["decode"]) == 6 and len(calls["forward"]) == 1 + 6
     lm.truncate(58)
     wide = lm.extend(ids[58:70]).logits  # [12, V], one forward call
     assert torch.equal(wide, alone), float((wide - alone).abs().max())
 
 
-class _Counting:
-    def __init__(self, method, calls: dict, name: str):
-        self.method, self.calls, self.name = method, calls, name
+class _Recorded:
+    """A program method that appends each call's width (tokens fed) to ``widths``."""
+
+    def __init__(self, method, widths: list):
+        self.method, self.widths = method, widths
 
     def execute(self, inputs):
-        self.calls[self.name] += 1
+        self.widths.append(inputs[0].shape[1])
         return self.method.execute(inputs)
 
 
@@ -151,7 +151,7 @@ def test_a_generation_keeps_the_prompt_prefix_the_program_holds(quantised_target
     shared = next(i for i, (a, b) in enumerate(zip(pair.target_tok(first)["input_ids"], ids)) if a != b)
     fresh = generate_ar(target, pair.target_tok, second, max_new_tokens=12).token_ids
     fed = []
-    target.method = _Fed(target.method, fed)
+    target.method = _Recorded(target.method, fed)
     for run in (lambda: generate_ar(target, pair.target_tok, second, max_new_tokens=12),
                 lambda: generate_speculative(d, target, pair, second, cfg=SpecConfig("omnidraft", k=3),
                                              max_new_tokens=12)):
@@ -159,15 +159,6 @@ def test_a_generation_keeps_the_prompt_prefix_the_program_holds(quantised_target
         fed.clear()
         assert run().token_ids == fresh
         assert fed[0] == len(ids) - shared and shared >= 5
-
-
-class _Fed:
-    def __init__(self, method, fed: list):
-        self.method, self.fed = method, fed
-
-    def execute(self, inputs):
-        self.fed.append(inputs[0].shape[1])
-        return self.method.execute(inputs)
 
 
 def test_target_config_is_checked():
