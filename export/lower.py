@@ -26,6 +26,7 @@ import torch
 from omnidraft.errors import OmniDraftError
 
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
+from .gguf_q4 import Blocks, attach, four_bit_linears, gguf_file, load_codes
 from .info import ProgramInfo
 from .program import DraftProgram, has_llama_layers, is_adapter_param
 from .provenance import shared_provenance
@@ -39,6 +40,7 @@ GROUP_SIZES = (0, 16, 32, 64, 128, 256)  # 0: one scale per output channel
 WEIGHT_QPARAMS = ("affine", "hqq")  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
 MIXED_EIGHT_BIT = ("lm_head", "down_proj")  # the most quantisation-sensitive Linears (cf. llama.cpp's Q4_K_M)
 SCHEME_MODIFIERS = {"pc": ("group_size", 0), "hqq": ("weight_qparams", "hqq"), "mix": ("eight_bit", MIXED_EIGHT_BIT),
+                    "gguf": ("gguf_weights", True),
                     **{f"g{g}": ("group_size", g) for g in GROUP_SIZES if g}}
 ROLES = ("drafter", "target")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -52,6 +54,9 @@ class ExportConfig:
     group_size: int = 32  # 8da4w weight group size; 0 = one scale per output channel (qc4w.py)
     weight_qparams: str = "affine"  # 8da4w: min-max scales (affine) or HQQ-optimised scales (hqq)
     eight_bit: tuple[str, ...] = ()  # 8da4w: Linears whose names end so keep int8 weights (per channel)
+    # 8da4w: the GGUF's own 4-bit weights (Q4_K / Q4_0 codes and block scales, gguf_q4.py) where it
+    # has them, every other Linear at 8 bits; needs a GGUF model and groups of 32
+    gguf_weights: bool = False
     lora_rank: int = 32
     lora_alpha: float = 32.0  # as TrainConfig.alpha; other alphas are folded into B when writing a .ptd
     lora_targets: tuple[str, ...] = LORA_TARGETS
@@ -78,6 +83,8 @@ class ExportConfig:
             (self.role in ROLES, "role", f"one of {', '.join(ROLES)}"),
             (self.decode_window >= 0 and self.decode_window % 64 == 0, "decode_window",
              "a multiple of 64 (0 = no one-token method)"),
+            (not self.gguf_weights or (self.quant == "8da4w" and self.group_size == 32), "gguf_weights",
+             "used with 8da4w in groups of 32 only"),
             (self.role == "drafter" or self.specvocab_k == 0, "specvocab_k",
              "0 for a target (verification needs every logit)"),
         ]
@@ -90,13 +97,15 @@ def scheme_fields(scheme: str) -> dict:
     """ExportConfig's weight fields for a scheme name, ``fp32`` | ``8da8w`` | ``8da4w`` (4-bit,
     groups of 32) with optional ``-g<size>`` (groups of that size) or ``-pc`` (one scale per output
     channel), ``-hqq`` (HQQ-optimised scales) and ``-mix`` (the LM head and the MLPs' down
-    projections at 8 bits): e.g. ``8da4w-pc-hqq-mix``. Program folders are named by the scheme."""
+    projections at 8 bits): e.g. ``8da4w-pc-hqq-mix``; or ``8da4w-gguf`` (the model's GGUF's own
+    4-bit weights, the rest at 8 bits). Program folders are named by the scheme."""
     quant, *mods = scheme.split("-")
-    if quant in QUANTS and (quant == "8da4w" or not mods) and all(m in SCHEME_MODIFIERS for m in mods):
-        return {"quant": quant, "group_size": 32, "weight_qparams": "affine", "eight_bit": (),
+    if quant in QUANTS and (quant == "8da4w" or not mods) and all(m in SCHEME_MODIFIERS for m in mods) \
+            and ("gguf" not in mods or mods == ["gguf"]):
+        return {"quant": quant, "group_size": 32, "weight_qparams": "affine", "eight_bit": (), "gguf_weights": False,
                 **dict(SCHEME_MODIFIERS[m] for m in mods)}
     raise OmniDraftError(f"unknown weight scheme {scheme!r}",
-                         "use fp32, 8da8w or 8da4w[-g16|-g32|-g64|-g128|-g256|-pc][-hqq][-mix]")
+                         "use fp32, 8da8w, 8da4w[-g16|-g32|-g64|-g128|-g256|-pc][-hqq][-mix] or 8da4w-gguf")
 
 
 def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
@@ -108,11 +117,13 @@ def with_adapter(lm: torch.nn.Module, cfg: ExportConfig):
 
 
 def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, ...] = (),
-             qparams: str = "affine", eight_bit: tuple[str, ...] = ()) -> None:
+             qparams: str = "affine", eight_bit: tuple[str, ...] = (), exact: dict[str, Blocks] | None = None) -> None:
     """In place: dynamic int8 activations with int8 (per channel) or int4 (per group of
     ``group_size`` inputs, or per channel with 0) weights on every base Linear, 4-bit scales chosen
     by ``qparams``, int8 ones on Linears whose name ends with one of ``eight_bit``; LoRA and head
-    Linears stay fp32 (they live in the .ptd), as do modules whose name ends with one of ``skip``."""
+    Linears stay fp32 (they live in the .ptd), as do modules whose name ends with one of ``skip``.
+    With ``exact`` (gguf_q4.four_bit_linears): those Linears run their GGUF codes and scales
+    (``BlockLinear``) and every other base Linear is int8."""
     if quant == "fp32":
         return
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -133,6 +144,13 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
         return not fqn.endswith(eight_bit) and (group_size == 0 or m.weight.shape[1] % group_size == 0)
 
     with torch.no_grad():
+        if exact is not None:
+            found = attach(lm, exact)
+            quantize_(lm, int4, filter_fn=lambda m, fqn: fqn in found)
+            quantize_(lm, int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and fqn not in found
+                      and not fqn.endswith(".sums"))  # the block sums' 0/1 weights stay exact
+            load_codes(lm, found)
+            return
         if not four:
             quantize_(lm, int8, filter_fn=base_linear)
             return
@@ -332,7 +350,7 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
                            batch_invariant=has_llama_layers(lm))  # attention inside XNNPACK
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
     quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else (),
-             qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit)
+             qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit, exact=_gguf_blocks(lm, cfg))
     return lower(program, out_dir, cfg, log)
 
 
@@ -348,8 +366,13 @@ def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
         raise OmniDraftError("export_target needs ExportConfig(role='target')")
     program = DraftProgram(lm, AcceptanceHead(lm.config.hidden_size, cfg.head_width), cfg.max_seq,
                            all_logits=True, batch_invariant=True)
-    quantize(program, cfg.quant, cfg.group_size, qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit)
+    quantize(program, cfg.quant, cfg.group_size, qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit,
+             exact=_gguf_blocks(lm, cfg))
     return lower(program, out_dir, cfg, log)
+
+
+def _gguf_blocks(lm: torch.nn.Module, cfg: ExportConfig) -> dict[str, Blocks] | None:
+    return four_bit_linears(gguf_file(cfg.drafter), lm.config.model_type) if cfg.gguf_weights else None
 
 
 def _eos_ids(lm: torch.nn.Module) -> list[int]:

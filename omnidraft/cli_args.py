@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "position's logits, no LoRA")
     ex.add_argument("--quant", default="8da8w", help="weight scheme: fp32, 8da8w (int8 per channel) or "
                     "8da4w (int4, groups of 32) with -g<size> or -pc (per output channel), -hqq (HQQ "
-                    "scales), -mix (LM head and down projections at 8 bits), e.g. 8da4w-pc-hqq")
+                    "scales), -mix (LM head and down projections at 8 bits), e.g. 8da4w-pc-hqq; or 8da4w-gguf "
+                    "(a qwen2 GGUF's own 4-bit weights, the rest at 8 bits)")
     ex.add_argument("--max-seq", type=int, default=1024, help="static KV cache length")
     ex.add_argument("--lora-rank", type=int, default=32)
     ex.add_argument("--decode-window", type=int, default=256, help="a one-token method reading "

@@ -13,19 +13,24 @@ from omnidraft.export.lower import ExportConfig, quantize, scheme_fields  # noqa
 from omnidraft.export.qc4w import per_channel_int4  # noqa: E402
 
 
+_PLAIN = {"weight_qparams": "affine", "eight_bit": (), "gguf_weights": False}
+
+
 @pytest.mark.parametrize("scheme, fields", [
-    ("8da8w", {"quant": "8da8w", "group_size": 32, "weight_qparams": "affine", "eight_bit": ()}),
-    ("8da4w", {"quant": "8da4w", "group_size": 32, "weight_qparams": "affine", "eight_bit": ()}),
-    ("8da4w-g128", {"quant": "8da4w", "group_size": 128, "weight_qparams": "affine", "eight_bit": ()}),
-    ("8da4w-pc-hqq-mix", {"quant": "8da4w", "group_size": 0, "weight_qparams": "hqq",
+    ("8da8w", {"quant": "8da8w", "group_size": 32, **_PLAIN}),
+    ("8da4w", {"quant": "8da4w", "group_size": 32, **_PLAIN}),
+    ("8da4w-g128", {"quant": "8da4w", "group_size": 128, **_PLAIN}),
+    ("8da4w-pc-hqq-mix", {**_PLAIN, "quant": "8da4w", "group_size": 0, "weight_qparams": "hqq",
                           "eight_bit": ("lm_head", "down_proj")}),
+    ("8da4w-gguf", {**_PLAIN, "quant": "8da4w", "group_size": 32, "gguf_weights": True}),
 ])
 def test_a_scheme_name_gives_its_export_fields(scheme, fields):
     assert scheme_fields(scheme) == fields
     ExportConfig(drafter="x", **fields)  # valid
 
 
-@pytest.mark.parametrize("scheme", ["8da4w-g48", "8da8w-pc", "int4", "8da4w-pc-fast", ""])
+@pytest.mark.parametrize("scheme", ["8da4w-g48", "8da8w-pc", "int4", "8da4w-pc-fast", "", "8da8w-gguf",
+                                    "8da4w-pc-gguf"])
 def test_an_unknown_scheme_is_named_in_one_line(scheme):
     with pytest.raises(OmniDraftError, match="unknown weight scheme") as err:
         scheme_fields(scheme)
