@@ -30,6 +30,11 @@ _QWEN2_LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "a
                   "ffn_down": "mlp.down_proj"}
 
 
+def _per_weight(t: torch.Tensor) -> torch.Tensor:
+    """[out, in / 32] per-block values -> [out, in], each repeated over its block's inputs."""
+    return t.repeat_interleave(BLOCK, dim=1)
+
+
 @dataclass(frozen=True)
 class Blocks:
     """One Linear's weight, [out, in] = scale[:, in // 32] * codes + offset[:, in // 32]."""
@@ -38,18 +43,20 @@ class Blocks:
     scale: torch.Tensor  # [out, in / 32] fp32
     offset: torch.Tensor  # [out, in / 32] fp32
 
+    def four_bit(self) -> torch.Tensor:
+        """[out, in] fp32: scale * codes, the part a blockwise symmetric 4-bit weight holds."""
+        return _per_weight(self.scale) * self.codes.float()
+
     def weight(self) -> torch.Tensor:
         """[out, in] fp32: the dequantised weight (what llama.cpp multiplies by)."""
-        expand = lambda t: t.repeat_interleave(BLOCK, dim=1)  # noqa: E731
-        return expand(self.scale) * self.codes.float() + expand(self.offset)
+        return self.four_bit() + _per_weight(self.offset)
 
 
 def _q4_k(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """raw [n, 144] uint8 super-blocks -> codes [n, 256] (0..15), scale and min [n, 8] fp32."""
     d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
     dmin = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
-    sc_bytes = raw[:, 4:16].astype(np.uint8)
-    lo, hi, mix = sc_bytes[:, 0:4], sc_bytes[:, 4:8], sc_bytes[:, 8:12]
+    lo, hi, mix = raw[:, 4:8], raw[:, 8:12], raw[:, 12:16]
     # blocks 0-3: 6 low bits of bytes 0-3 (scales) and 4-7 (mins); blocks 4-7: a nibble of bytes
     # 8-11 with the two high bits of bytes 0-3 (scales) or 4-7 (mins) on top
     sc = np.concatenate([lo & 63, (mix & 15) | ((lo >> 6) << 4)], axis=1).astype(np.float32)
@@ -82,8 +89,7 @@ def _positive(codes: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor) ->
     (Q4_0 stores one) becomes -s with codes -1 - c and offset o - s (s*c = -s*(-1 - c) - s: the
     codes stay in [-8, 7]); a zero scale (a block of equal weights) becomes 1 with codes 0."""
     neg, zero = scale < 0, scale == 0
-    per_weight = lambda t: t.repeat_interleave(BLOCK, dim=1)  # noqa: E731
-    codes = torch.where(per_weight(neg), -1 - codes, torch.where(per_weight(zero), 0, codes)).to(torch.int8)
+    codes = torch.where(_per_weight(neg), -1 - codes, torch.where(_per_weight(zero), 0, codes)).to(torch.int8)
     offset = torch.where(neg, offset - scale, offset)
     scale = torch.where(neg, -scale, torch.where(zero, 1.0, scale))
     return Blocks(codes, scale, offset)
@@ -132,7 +138,7 @@ class BlockLinear(torch.nn.Module):
         self.sums = torch.nn.Linear(inp, inp // BLOCK, bias=False)
         self.offset = torch.nn.Linear(inp // BLOCK, out, bias=False)
         with torch.no_grad():
-            self.codes.weight.copy_(blocks.scale.repeat_interleave(BLOCK, dim=1) * blocks.codes.float())
+            self.codes.weight.copy_(blocks.four_bit())
             if linear.bias is not None:
                 self.codes.bias.copy_(linear.bias)
             self.sums.weight.copy_(torch.eye(inp // BLOCK).repeat_interleave(BLOCK, dim=1))
