@@ -15,10 +15,12 @@ from omnidraft.home import safe_name, subdir
 from .info import ProgramInfo
 
 
-def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0, role: str = "drafter") -> Path:
+def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0, role: str = "drafter",
+                head_tokens: int = 0) -> Path:
     sv = f"-sv{specvocab_k}" if specvocab_k else ""
+    head = f"-h{head_tokens}" if head_tokens else ""
     suffix = "-target" if role == "target" else ""
-    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}{sv}{suffix}"
+    return subdir("programs") / f"{safe_name(drafter)}-{quant}-s{max_seq}{sv}{head}{suffix}"
 
 
 def find_program(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0) -> Path:

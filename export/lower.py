@@ -62,6 +62,9 @@ class ExportConfig:
     lora_targets: tuple[str, ...] = LORA_TARGETS
     head_width: int = 256
     specvocab_k: int = 0  # > 0: the LM head as SpecVocab (ranking + exact logits on k candidates)
+    # > 0 (a drafter): the LM head computes the first head_tokens token ids' logits only, the rest
+    # are -inf (a trimmed head, FR-Spec; BPE ids follow the merges, roughly by frequency)
+    head_tokens: int = 0
     delegate_adapter: bool = True  # adapter matmuls inside XNNPACK (weights still in the .ptd)
     role: str = "drafter"  # target: no LoRA, every position's logits
     # a second, one-token method whose attention reads only the first decode_window cache slots
@@ -87,6 +90,8 @@ class ExportConfig:
              "used with 8da4w in groups of 32 only"),
             (self.role == "drafter" or self.specvocab_k == 0, "specvocab_k",
              "0 for a target (verification needs every logit)"),
+            (self.head_tokens >= 0 and (self.head_tokens == 0 or (self.role == "drafter" and not self.specvocab_k)),
+             "head_tokens", ">= 0, and 0 for a target or with SpecVocab (0 = the full LM head)"),
         ]
         for ok, name, want in checks:
             if not ok:
@@ -347,7 +352,7 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     head = AcceptanceHead(lm.config.hidden_size, cfg.head_width)
     program = DraftProgram(peft_model.get_base_model(), head, cfg.max_seq,
                            ranker if cfg.specvocab_k else None, cfg.specvocab_k,
-                           batch_invariant=has_llama_layers(lm))  # attention inside XNNPACK
+                           batch_invariant=has_llama_layers(lm), head_tokens=cfg.head_tokens)  # attention inside XNNPACK
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
     quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else (),
              qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit, exact=_gguf_blocks(lm, cfg))

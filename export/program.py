@@ -141,16 +141,29 @@ class DraftProgram(nn.Module):
     ``peft_model.get_base_model()``); its attention is switched to the custom op in place.
     ``head``: an AcceptanceHead (weights in the .ptd). ``ranker``: a SpecVocabHead; then exact
     logits are computed only on its top ``k_vocab`` candidates and every other logit is -inf
-    (the LM head then stays fp32: rows are gathered).
+    (the LM head then stays fp32: rows are gathered). ``head_tokens`` > 0 (a drafter): the LM
+    head keeps the rows of the first ``head_tokens`` token ids only and every other logit is -inf
+    (a trimmed head, FR-Spec: a BPE vocabulary's ids follow its merges, roughly by frequency);
+    ``lm.lm_head`` is replaced in place by the trimmed Linear, which is quantised like the full one.
     """
 
     def __init__(self, lm: nn.Module, head: nn.Module, max_seq: int, ranker: nn.Module | None = None,
-                 k_vocab: int = 2048, all_logits: bool = False, batch_invariant: bool = False):
+                 k_vocab: int = 2048, all_logits: bool = False, batch_invariant: bool = False,
+                 head_tokens: int = 0):
         super().__init__()
         self.batch_invariant = batch_invariant
         if all_logits and ranker is not None:
             raise OmniDraftError("a SpecVocab LM head computes one position's candidates; it cannot "
                                  "return every position's logits")
+        self.vocab_size = int(lm.config.get_text_config().vocab_size)
+        if head_tokens and (all_logits or ranker is not None or not 0 < head_tokens < self.vocab_size):
+            raise OmniDraftError(f"a trimmed LM head needs a drafter with its full head and 0 < head_tokens < "
+                                 f"{self.vocab_size}, got {head_tokens}")
+        self.head_tokens = head_tokens
+        if head_tokens:  # the first head_tokens rows, untied from the embedding
+            full = lm.get_output_embeddings().weight  # [V, H]
+            lm.lm_head = nn.Linear(full.shape[1], head_tokens, bias=False)
+            lm.lm_head.weight = nn.Parameter(full.detach()[:head_tokens].clone())  # [N, H]
         self.all_logits = all_logits
         _register_attention()
         self.lm = lm.eval()
@@ -230,6 +243,10 @@ class DraftProgram(nn.Module):
         hidden = states[:, -1, :]  # [1, H]
         if self.all_logits:
             logits = self.lm.lm_head(states[0].index_select(0, rows)).float()  # [R, V]
+        elif self.head_tokens:
+            trimmed = self.lm.lm_head(hidden).float()  # [1, N]
+            rest = torch.full((1, self.vocab_size - self.head_tokens), float("-inf"))
+            logits = torch.cat([trimmed, rest], dim=1)  # [1, V]
         elif self.specvocab_ranker is None:
             logits = self.lm.lm_head(hidden).float()  # [1, V]
         else:

@@ -73,11 +73,12 @@ def _cmd_export(args) -> int:
     role = "target" if args.target else "drafter"
     name = args.target or args.drafter or "smollm2-135m"
     cfg = ExportConfig(drafter=name, **scheme_fields(args.quant), max_seq=args.max_seq, lora_rank=args.lora_rank,
-                       lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k,
+                       lora_alpha=float(args.lora_rank), specvocab_k=args.specvocab_k, head_tokens=args.head_tokens,
                        delegate_adapter=not args.adapter_outside_xnnpack, role=role,
                        decode_window=args.decode_window)
     set_threads(args.threads)
-    out = Path(args.out) if args.out else program_dir(name, args.quant, args.max_seq, args.specvocab_k, role)
+    out = Path(args.out) if args.out else program_dir(name, args.quant, args.max_seq, args.specvocab_k, role,
+                                                      args.head_tokens)
     lm = load_model(name, dtype="fp32").model
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if role == "target":

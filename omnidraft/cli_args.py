@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--specvocab-k", type=int, default=0, help="> 0: SpecVocab LM head on this many "
                     "candidates (the ranking at its SVD initialisation unless --ranker)")
     ex.add_argument("--ranker", default=None, help="safetensors of a trained SpecVocab ranking (down, vocab)")
+    ex.add_argument("--head-tokens", type=int, default=0, help="> 0, a drafter: the LM head computes only the "
+                    "first N token ids' logits (a trimmed head; measured no faster per accepted token "
+                    "for SmolLM2: docs/programs.md)")
     ex.add_argument("--adapter-outside-xnnpack", action="store_true", help="run the LoRA/head ops on the "
                     "portable kernels (slower; their .ptd is keyed by parameter name only)")
     ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")

@@ -6,9 +6,11 @@ For each width w: load the program with ETDump on, prefill 64 tokens, then run `
 tokens at position 64 (the static cache is overwritten in place, so every call sees the same state);
 report the median wall time and, per operator (XNNPACK's per-kernel events inside DELEGATE_CALL, and
 the custom ops outside it), the sum over the method's calls of each event's median (prefill excluded).
-Example (#23):
+``--method decode`` times a program's one-token method (the first cache slots only) instead, after
+forward's prefill. Examples (#23, #39):
   python scripts/profile_program.py $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 --widths 1,2,4,8,16 --threads 2
-Writes bench/results/profile-<program>-t<threads>-<date>.json.
+  python scripts/profile_program.py $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 --widths 1 --method decode
+Writes bench/results/profile-<program>[-<method>]-t<threads>-<date>.json.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 
-def profile(prog_dir: Path, width: int, reps: int, scratch: Path) -> dict:
+def profile(prog_dir: Path, width: int, reps: int, scratch: Path, method_name: str = "forward") -> dict:
     import json
 
     import torch
@@ -36,12 +38,13 @@ def profile(prog_dir: Path, width: int, reps: int, scratch: Path) -> dict:
     prog = Runtime.get().load_program(str(prog_dir / "program.pte"), data_path=str(prog_dir / "base.ptd"),
                                       enable_etdump=True, debug_buffer_size=0)
     method = prog.load_method("forward")
+    timed = prog.load_method(method_name) if method_name != "forward" else method
     rows = (lambda n: [torch.arange(n)]) if target else (lambda n: [])  # a target: every position's logits
     method.execute([torch.arange(64).unsqueeze(0) + 100, torch.tensor([0]), *rows(1)[:1]])  # prefill
     walls = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        method.execute([torch.arange(width).unsqueeze(0) + 500, torch.tensor([64]), *rows(width)])
+        timed.execute([torch.arange(width).unsqueeze(0) + 500, torch.tensor([64]), *rows(width)])
         walls.append((time.perf_counter() - t0) * 1e3)
     etdump = scratch / f"w{width}.etdp"
     prog.write_etdump_result_to_file(str(etdump), str(scratch / "debug.bin"))
@@ -62,6 +65,8 @@ def main() -> int:
     ap.add_argument("--widths", default="1,2,4,8,16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--method", default="forward",
+                    help="the method timed (after forward's prefill): forward, or decode (one token, the first window slots)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
@@ -76,16 +81,17 @@ def main() -> int:
     portable_lib._unsafe_reset_threadpool(args.threads)
     cpu = sorted({f for line in open("/proc/cpuinfo") if line.startswith("flags")
                   for f in line.split(":")[1].split() if f.startswith(("avx", "amx", "fma"))})
-    report = {"program": str(args.program), "threads": args.threads, "reps": args.reps, "cpu_flags": cpu,
+    report = {"program": str(args.program), "method": args.method, "threads": args.threads, "reps": args.reps, "cpu_flags": cpu,
               "command": " ".join(sys.argv), "widths": {}}
     with tempfile.TemporaryDirectory() as scratch:
         for w in (int(x) for x in args.widths.split(",")):
-            report["widths"][w] = profile(args.program, w, args.reps, Path(scratch))
+            report["widths"][w] = profile(args.program, w, args.reps, Path(scratch), args.method)
             top = list(report["widths"][w]["ops_ms"].items())[:4]
             print(f"width {w}: {report['widths'][w]['wall_ms_median']} ms; {top}", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
-    path = args.out / f"profile-{args.program.name}-t{args.threads}-{stamp}.json"
+    suffix = "" if args.method == "forward" else f"-{args.method}"
+    path = args.out / f"profile-{args.program.name}{suffix}-t{args.threads}-{stamp}.json"
     path.write_text(json.dumps(report, indent=1))
     print(path)
     return 0

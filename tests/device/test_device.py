@@ -234,6 +234,30 @@ def test_specvocab_program_matches_eager_specvocab(smollm_tok, tmp_path):
     assert (out[keep] - ref[keep]).abs().max() <= 1e-4
 
 
+def test_trimmed_head_program_keeps_the_first_ids_logits(smollm_tok, tmp_path):
+    """A drafter exported with ``head_tokens`` returns the model's own logits for the first
+    head_tokens ids and -inf for every other, at prefill and in its one-token method; a target or
+    SpecVocab with it is refused by name."""
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.export.lower import ExportConfig, export_drafter
+
+    base = tiny("llama", vocab_len(smollm_tok), seed=4, num_hidden_layers=1)
+    cfg = ExportConfig(drafter="tiny-h", quant="fp32", max_seq=96, lora_rank=4, lora_alpha=4, head_width=16,
+                       head_tokens=1000, decode_window=64)
+    export_drafter(copy.deepcopy(base), tmp_path / "h", cfg, log=lambda s: None)
+    lm = ExecuTorchLM(tmp_path / "h")
+    ids = [5, 17, 300, 4000, 9, 999, 1200]
+    out = [lm.prefill(ids[:4]).logits[0]] + [lm.extend([t]).logits[0] for t in ids[4:]]  # [V] each
+    with torch.no_grad():
+        ref = base(input_ids=torch.tensor([ids])).logits[0, 3:]  # [4, V]
+    for got, want in zip(out, ref):
+        assert got.shape == want.shape and torch.isinf(got[1000:]).all() and not torch.isinf(got[:1000]).any()
+        assert (got[:1000] - want[:1000]).abs().max() <= 1e-4
+    for bad in ({"role": "target"}, {"specvocab_k": 256}, {"head_tokens": -1}):
+        with pytest.raises(OmniDraftError, match="head_tokens"):
+            dataclasses.replace(cfg, **{"head_tokens": 1000, **bad})
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
 def test_program_layers_equal_hugging_face(arch):
     """The program's XNNPACK-shaped layer loop (llama, qwen2) or the Hugging Face layers on the
