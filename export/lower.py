@@ -264,7 +264,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     tmp.replace(out_dir / "program.pte")
     info = ProgramInfo(
         program_id=hashlib.sha256(et.buffer).hexdigest()[:16], config=asdict(cfg),
-        vocab_size=int(program.lm.config.vocab_size), hidden_size=int(program.lm.config.hidden_size),
+        vocab_size=program.vocab_size, hidden_size=int(program.lm.config.hidden_size),
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
         ptd_keys=ptd_keys, decode_window=window if "decode" in names else 0,

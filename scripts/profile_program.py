@@ -69,6 +69,9 @@ def main() -> int:
                     help="the method timed (after forward's prefill): forward, or decode (one token, the first window slots)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
+    widths = [int(x) for x in args.widths.split(",")]
+    if args.method == "decode" and widths != [1]:
+        ap.error("--method decode takes one token a call: use --widths 1")
     warnings.filterwarnings("ignore")
     import tempfile
 
@@ -84,7 +87,7 @@ def main() -> int:
     report = {"program": str(args.program), "method": args.method, "threads": args.threads, "reps": args.reps, "cpu_flags": cpu,
               "command": " ".join(sys.argv), "widths": {}}
     with tempfile.TemporaryDirectory() as scratch:
-        for w in (int(x) for x in args.widths.split(",")):
+        for w in widths:
             report["widths"][w] = profile(args.program, w, args.reps, Path(scratch), args.method)
             top = list(report["widths"][w]["ops_ms"].items())[:4]
             print(f"width {w}: {report['widths'][w]['wall_ms_median']} ms; {top}", file=sys.stderr)
