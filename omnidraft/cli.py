@@ -24,7 +24,7 @@ def _cmd_pair(args) -> int:
     report = pair(args.target, args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
                   max_new_tokens=args.max_new_tokens, token=read_token(args.token_file) if remote else None,
                   target_tokenizer=args.target_tokenizer, target_model=args.target_model,
-                  target_context=args.target_context, target_engine=args.target_engine)
+                  target_context=args.target_context, target_engine=args.target_engine, llamacpp=not args.no_llamacpp)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -156,7 +156,8 @@ def _cmd_demo(args) -> int:
     from omnidraft.device.threads import set_threads
 
     set_threads(args.threads)
-    demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, calibration_s=args.calibration_seconds)
+    demo(prompts=args.prompts, max_new_tokens=args.max_new_tokens, calibration_s=args.calibration_seconds,
+         llamacpp=not args.no_llamacpp)
     return 0
 
 
@@ -245,7 +246,7 @@ def _cmd_generate(args) -> int:
                               token=read_token(args.token_file) if remote else None,
                               tokenizer=args.target_tokenizer, fallback=args.fallback_target,
                               runtime=args.target_runtime, target_model=args.target_model,
-                              target_context=args.target_context, target_engine=args.target_engine)
+                              target_context=args.target_context, target_engine=args.target_engine, llamacpp=not args.no_llamacpp)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     if not speculative:
         result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,

@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--calibration-seconds", type=float, default=120.0)
     pr.add_argument("--max-new-tokens", type=int, default=48)
     pr.add_argument("--threads", type=int, default=None)
+    pr.add_argument("--no-llamacpp", action="store_true", help="calibrate without the target alone on llama.cpp "
+                    "(compared by default when llama-cpp-python is installed)")
     pr.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
     ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
@@ -168,4 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-new-tokens", type=int, default=48)
     demo.add_argument("--calibration-seconds", type=float, default=60.0)
     demo.add_argument("--threads", type=int, default=None)
+    demo.add_argument("--no-llamacpp", action="store_true", help="no llama.cpp row (shown by default when "
+                      "llama-cpp-python is installed)")
     return parser

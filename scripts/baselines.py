@@ -5,12 +5,12 @@ heterogeneous vocabularies) at its default and at its best setting here (5 token
 constant schedule: 1.07-1.14x its default on this machine).
 
 Each is a run(prompt ids, new tokens) -> (tokens generated, seconds, prefill included). Knows
-llama-cpp-python and transformers' generate; nothing about OmniDraft's decoding.
+transformers' generate (llama.cpp's runner is the product's: omnidraft/jobs/llamacpp_alone.py);
+nothing about OmniDraft's decoding.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 ASSISTED = {"default": None, "5 tokens, constant": 5}  # label -> num_assistant_tokens
@@ -28,6 +28,7 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
     transformers target in ``dtype``, or ``target_hf`` when the caller has it loaded already."""
     from bench_speculative import hf_assisted
     from omnidraft.decode.text import generation_eos_ids
+    from omnidraft.jobs.llamacpp_alone import INSTALL, LlamaCppAlone
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_model, load_tokenizer
 
@@ -37,23 +38,9 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
     eos = generation_eos_ids(target_hf.generation_config)
     runs = {}
     try:
-        from llama_cpp import Llama
-
-        gguf = ensure_gguf(target, progress=log)
-        llm = Llama(model_path=str(gguf), n_ctx=1024, n_threads=threads, n_threads_batch=threads, verbose=False)
-        stop = eos | {llm.token_eos()}
-
-        def llama(ids, new):
-            t0, n = time.perf_counter(), 0
-            for tok in llm.generate(ids, top_k=1, temp=0.0, reset=True):
-                n += 1
-                if tok in stop or n >= new:
-                    break
-            return n, time.perf_counter() - t0
-
-        runs["llama.cpp target alone"] = llama
+        runs["llama.cpp target alone"] = LlamaCppAlone(ensure_gguf(target, progress=log), threads, eos, n_ctx=1024)
     except ImportError:
-        log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama.cpp baseline")
+        log(f"llama-cpp-python is not installed ({INSTALL}): no llama.cpp baseline")
 
     for label in assisted:
         def run(ids, new, n_tokens=ASSISTED[label]):

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable
 
-from omnidraft.jobs.pairing import format_report, measure, pair
+from omnidraft.jobs.pairing import baseline, format_report, measure, pair
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
@@ -31,9 +31,10 @@ def held_out_prompts(n: int) -> list[str]:
 
 
 def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 60.0,
-         say: Callable[..., None] | None = None) -> dict:
+         say: Callable[..., None] | None = None, llamacpp: bool = True) -> dict:
     """The README's main job (see the module docstring); returns what it printed, as numbers."""
     from omnidraft.decode.generate import generate_ar
+    from omnidraft.decode.text import encode_prompt
     from omnidraft.models.lm import same_start
     from omnidraft.models.loading import load_model
     from omnidraft.pairs import programs
@@ -50,14 +51,17 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
         f"{bf16} native bf16; {' '.join(f for f in cpu['flags'] if f.startswith(('avx512f', 'avx2', 'amx')))})")
     built = programs.ensure(DEFAULT_DRAFTER, TARGET, say=err)
     session = Session(DEFAULT_DRAFTER, TARGET)
-    report = pair(TARGET, session=session, calibration_s=calibration_s, max_new_tokens=max_new_tokens, say=err)
+    report = pair(TARGET, session=session, calibration_s=calibration_s, max_new_tokens=max_new_tokens, say=err,
+                  llamacpp=False)
     report["programs_built"] = built
     say(format_report(report))
+    llama = baseline(session, say) if llamacpp else None
 
     shown = held_out_prompts(prompts)
-    say(f"\nthe pair and the target alone on {len(shown)} prompts it has not seen ({max_new_tokens} new tokens):")
+    rows = "the pair, the target alone" + (" and the target alone on llama.cpp" if llama else "")
+    say(f"\n{rows} on {len(shown)} prompts it has not seen ({max_new_tokens} new tokens):")
     tot = {"pair_tokens": 0, "pair_wall": 0.0, "alone_tokens": 0, "alone_wall": 0.0, "forwards": 0,
-           "proposed": 0, "accepted": 0}
+           "proposed": 0, "accepted": 0, "llamacpp_tokens": 0, "llamacpp_wall": 0.0}
     with session.unlogged():  # held out: never trained on
         for n, p in enumerate(shown):
             say(f"\n>>> {p.strip()[:70]}")
@@ -78,11 +82,19 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                                  ("forwards", "target_forwards", m), ("proposed", "proposed", drafted),
                                  ("accepted", "accepted", drafted)):
                 tot[key] += mm[src]
+            row = ""
+            if llama is not None:
+                n_llama, s_llama = llama(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
+                tot["llamacpp_tokens"] += n_llama
+                tot["llamacpp_wall"] += s_llama
+                row = f" | llama.cpp alone {n_llama / max(s_llama, 1e-9):.1f} tokens/s"
             say(f"\n[pair {m['tokens_per_s']:.1f} tokens/s ({m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
-                f"tokens per target forward) | target alone {a['tokens_per_s']:.1f} tokens/s]")
+                f"tokens per target forward) | target alone {a['tokens_per_s']:.1f} tokens/s{row}]")
     before = _totals(tot)
+    vs_llama = (f"; llama.cpp alone {before['llamacpp']:.1f} tokens/s (the pair {before['vs_llamacpp']:.2f}x: "
+                f"{llama.gguf.name}, greedy, same threads)" if "llamacpp" in before else "")
     say(f"\non these prompts: pair {before['pair']:.1f} tokens/s, target alone {before['alone']:.1f} tokens/s "
-        f"({before['ratio']:.2f}x), {before['tokens_per_forward']:.2f} tokens per target forward; "
+        f"({before['ratio']:.2f}x){vs_llama}, {before['tokens_per_forward']:.2f} tokens per target forward; "
         f"{_reading(session)}")
 
     say("\none training round on the logged verifications ...")
@@ -97,7 +109,8 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                   f"{result['guard_p_worse']:.2g}" if result.get("held_out") else "no held-out records yet")
         say(f"  published {result['version']} ({judged})")
         with session.unlogged():
-            after = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, label="after training")
+            after = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, label="after training",
+                            llamacpp=llama)
         k_now = session.draft_length.next_k()
         drafted = (f"acceptance {after['acceptance_rate']:.3f} over {after['proposed']} drafted tokens "
                    f"(k = {k_now} now" + (": those were the probe rounds a new adapter gets, and they did not "
@@ -105,7 +118,9 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                    if after["proposed"] else "no drafts: the cost model still runs the target alone")
         say(f"  on the same unseen prompts after training: pair {after['tokens_per_s']:.1f} tokens/s "
             f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s "
-            f"({after['tokens_per_s'] / max(after['ar_tokens_per_s'], 1e-9):.2f}x); {drafted}")
+            f"({after['tokens_per_s'] / max(after['ar_tokens_per_s'], 1e-9):.2f}x)"
+            + (f", llama.cpp alone {after['llamacpp_tokens_per_s']:.1f} tokens/s ({after['vs_llamacpp']:.2f}x)"
+               if "llamacpp_tokens_per_s" in after else "") + f"; {drafted}")
         say("  " + _verdict(before, after, result))
     else:
         why = (f"the candidate was significantly worse on held-out records (acceptance "
@@ -162,9 +177,13 @@ def _p_rose(before: dict, after: dict) -> float:
 def _totals(tot: dict) -> dict:
     pair_s = tot["pair_tokens"] / max(tot["pair_wall"], 1e-9)
     alone_s = tot["alone_tokens"] / max(tot["alone_wall"], 1e-9)
-    return {"pair": round(pair_s, 3), "alone": round(alone_s, 3), "ratio": round(pair_s / max(alone_s, 1e-9), 3),
-            "tokens_per_forward": round(tot["pair_tokens"] / max(tot["forwards"], 1), 3),
-            "proposed": tot["proposed"], "accepted": tot["accepted"]}
+    out = {"pair": round(pair_s, 3), "alone": round(alone_s, 3), "ratio": round(pair_s / max(alone_s, 1e-9), 3),
+           "tokens_per_forward": round(tot["pair_tokens"] / max(tot["forwards"], 1), 3),
+           "proposed": tot["proposed"], "accepted": tot["accepted"]}
+    if tot["llamacpp_wall"]:
+        llama_s = tot["llamacpp_tokens"] / tot["llamacpp_wall"]
+        out["llamacpp"], out["vs_llamacpp"] = round(llama_s, 3), round(pair_s / llama_s, 3)
+    return out
 
 
 def _reading(session) -> str:

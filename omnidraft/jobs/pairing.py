@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from omnidraft.decode.draft_length import CostModelK
+from omnidraft.jobs.llamacpp_alone import LlamaCppAlone, llamacpp_alone
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, pair_dir
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
@@ -49,10 +50,11 @@ def fresh_adapter(session) -> str:
 
 
 def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, budget_s: float | None = None,
-            label: str = "calibrating") -> dict:
+            label: str = "calibrating", llamacpp: LlamaCppAlone | None = None) -> dict:
     """Run prompts through the session (and the target alone when ``ar``; an engine's own
-    generation when the target is an OpenAI-API one), interleaved per prompt. Whole-generation and
-    decode-only (prefill excluded) tokens/s for both."""
+    generation when the target is an OpenAI-API one; the target alone on ``llamacpp`` when given),
+    interleaved per prompt. Whole-generation and decode-only (prefill excluded) tokens/s for the
+    pair and the target alone; whole-generation for llama.cpp (it reports no prefill time)."""
     import statistics
 
     from omnidraft.decode.generate import generate_ar
@@ -62,7 +64,7 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
     engine = getattr(session.target, "generate_alone", None)  # an OpenAI-API target's engine
     t0 = time.perf_counter()
     tot = {"tokens": 0, "wall": 0.0, "decode": 0.0, "proposed": 0, "accepted": 0, "ar_tokens": 0, "ar_wall": 0.0,
-           "ar_decode": 0.0, "prompts": 0, "forwards": 0}
+           "ar_decode": 0.0, "prompts": 0, "forwards": 0, "llamacpp_tokens": 0, "llamacpp_wall": 0.0}
     translate: list[float] = []
     for n, p in enumerate(prompts):
         if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
@@ -89,6 +91,10 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
             alone = engine(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
             tot["ar_tokens"] += alone.tokens
             tot["ar_wall"] += alone.seconds
+        if llamacpp is not None:
+            n_llama, s_llama = llamacpp(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
+            tot["llamacpp_tokens"] += n_llama
+            tot["llamacpp_wall"] += s_llama
         tot["prompts"] += 1
         say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     say("")
@@ -101,6 +107,9 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
     if tot["ar_wall"]:
         out["ar_tokens_per_s"] = round(tot["ar_tokens"] / tot["ar_wall"], 3)
         out["speedup"] = round(out["tokens_per_s"] / out["ar_tokens_per_s"], 3)
+    if tot["llamacpp_wall"]:
+        out["llamacpp_tokens_per_s"] = round(tot["llamacpp_tokens"] / tot["llamacpp_wall"], 3)
+        out["vs_llamacpp"] = round(out["tokens_per_s"] / out["llamacpp_tokens_per_s"], 3)
     if ar and tot["ar_wall"]:
         out["ar_decode_tokens_per_s"] = round(tot["ar_tokens"] / max(tot["ar_decode"], 1e-9), 3)
     return out
@@ -109,10 +118,11 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
 def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
          max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
          target_model: str | None = None, target_context: int = 2048, target_engine: str | None = None,
-         say: Callable[..., None] | None = None, session=None) -> dict:
+         say: Callable[..., None] | None = None, session=None, llamacpp: bool = True) -> dict:
     """Pair ``drafter`` with ``target``: build their ExecuTorch programs when missing (a given
     ``session`` runs on what it loaded), measure the cost model, and calibrate for about
-    ``calibration_s`` seconds."""
+    ``calibration_s`` seconds, beside the target alone and (``llamacpp``, when llama-cpp-python is
+    installed and the target has a GGUF) the target alone on llama.cpp."""
     from omnidraft.pairs import programs
     from omnidraft.session import Session
 
@@ -154,12 +164,24 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
             report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
                                     "translate_ms": dl.model.translate_ms, "on": session.cost_on}
             session.save_cost()
+        llama = baseline(session, say) if llamacpp else None
         with session.pair_only():
             report["calibration"] = c = measure(session, prompts, max_new_tokens=max_new_tokens,
-                                                ar=not session.spec.remote, say=say, budget_s=calibration_s / 2)
+                                                ar=not session.spec.remote, say=say, budget_s=calibration_s / 2,
+                                                llamacpp=llama)
         if session.engine_choice is not None and "ar_tokens_per_s" in c:
             session.engine_choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
     return report
+
+
+def baseline(session, say) -> LlamaCppAlone | None:
+    """The target alone on llama.cpp for a local target (a remote one is compared with its own
+    engine), stopping where the target alone stops."""
+    from omnidraft.decode.text import model_eos_ids, stop_ids
+
+    if session.spec.remote:
+        return None
+    return llamacpp_alone(session.spec.target, stop_ids(session.target_tok, model_eos_ids(session.target)), say)
 
 
 def format_report(r: dict) -> str:
@@ -179,6 +201,8 @@ def format_report(r: dict) -> str:
                 f"{c['tokens_per_target_forward']:.2f} tokens per target forward, {c['tokens_per_s']:.2f} tokens/s")
         if "ar_tokens_per_s" in c:
             line += f" vs target alone {c['ar_tokens_per_s']:.2f} tokens/s ({c['speedup']:.2f}x)"
+        if "llamacpp_tokens_per_s" in c:
+            line += f", vs llama.cpp alone {c['llamacpp_tokens_per_s']:.2f} tokens/s ({c['vs_llamacpp']:.2f}x)"
         lines.append(line)
         if r["runtimes"]["target"] == "remote" and c.get("speedup", 1.0) < 1.0:
             lines.append("  the engine generating alone is faster than the pair through its API on this server: "

@@ -1,0 +1,32 @@
+"""The pairing job's calibration measures the pair beside the target alone and llama.cpp's row,
+interleaved per prompt on the same prompt ids, and reports both ratios."""
+
+from omnidraft.decode.text import encode_prompt
+from omnidraft.jobs.pairing import format_report, measure
+
+from ..test_session import PROMPTS, home, models  # noqa: F401 - fixtures
+
+
+def test_calibration_reports_the_pair_against_llama_cpp_on_the_same_prompts(home, models):  # noqa: F811
+    from omnidraft import Session
+
+    s = Session(*models, target_dtype="fp32", log=False, k=2)
+    seen = []
+
+    def llama(ids, new):
+        seen.append((ids, new))
+        return 10, 0.5
+
+    c = measure(s, PROMPTS[:3], max_new_tokens=12, ar=True, say=lambda *a, **k: None, llamacpp=llama)
+    s.close()
+    assert seen == [(encode_prompt(s.target_tok, p, chat=False), 12) for p in PROMPTS[:3]]
+    assert c["llamacpp_tokens_per_s"] == 20.0 and c["vs_llamacpp"] == round(c["tokens_per_s"] / 20.0, 3)
+    assert "ar_tokens_per_s" in c
+    report = {"pair": "p", "adapter": "v1", "kept_trained_adapter": False, "calibration": c,
+              "vocabulary": {"drafter": 1, "target": 1, "shared": 1, "shared_of_drafter": 1.0, "shared_of_target": 1.0},
+              "ngrams": {"seeded": 0, "learned": 0}, "runtimes": {"drafter": "eager", "target": "eager"}}
+    assert f"vs llama.cpp alone 20.00 tokens/s ({c['vs_llamacpp']:.2f}x)" in format_report(report)
+    s = Session(*models, target_dtype="fp32", log=False, k=2)
+    without = measure(s, PROMPTS[:1], max_new_tokens=4, ar=True, say=lambda *a, **k: None)
+    s.close()
+    assert "vs_llamacpp" not in without
