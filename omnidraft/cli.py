@@ -24,7 +24,8 @@ def _cmd_pair(args) -> int:
     report = pair(args.target, args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
                   max_new_tokens=args.max_new_tokens, token=read_token(args.token_file) if remote else None,
                   target_tokenizer=args.target_tokenizer, target_model=args.target_model,
-                  target_context=args.target_context, target_engine=args.target_engine, llamacpp=not args.no_llamacpp)
+                  target_context=args.target_context, target_engine=args.target_engine,
+                  llamacpp=not args.no_llamacpp, engine=args.engine)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -246,7 +247,7 @@ def _cmd_generate(args) -> int:
                               token=read_token(args.token_file) if remote else None,
                               tokenizer=args.target_tokenizer, fallback=args.fallback_target,
                               runtime=args.target_runtime, target_model=args.target_model,
-                              target_context=args.target_context, target_engine=args.target_engine, llamacpp=not args.no_llamacpp)
+                              target_context=args.target_context, target_engine=args.target_engine)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     if not speculative:
         result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,

@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threads", type=int, default=None)
     pr.add_argument("--no-llamacpp", action="store_true", help="calibrate without the target alone on llama.cpp "
                     "(compared by default when llama-cpp-python is installed)")
+    pr.add_argument("--engine", choices=["llamacpp"], default=None, help="measure whether the pair or llama.cpp "
+                    "alone is faster, for a Session(engine='llamacpp') to hand generations to the faster")
     pr.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
     ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")

@@ -10,13 +10,14 @@ Knows how the parts are wired; each part (models, pair state, log, adapters) is 
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Generator, Iterator
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.decode.generate import Result, stream_speculative
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
-from omnidraft.decode.text import encode_prompt
+from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir,
                                   save_spec)
@@ -54,6 +55,10 @@ class Session:
     ``lookup`` (default on): rounds may verify ids copied from the context instead of drafting
     (propose/lookup.py), where the cost model prefers them; the context is the prompt, the output
     so far and the earlier turns of this session (``new_conversation()`` forgets them).
+    ``engine="llamacpp"`` (greedy, a local target with a GGUF, llama-cpp-python installed): each
+    generation goes to the target's GGUF on llama.cpp while that is measured faster than the pair,
+    as with an OpenAI-API target; its output is llama.cpp's own greedy output of the GGUF (the
+    pair's is the target program's, which agrees with it on ~98% of tokens: docs/programs.md).
     """
 
     def __init__(self, drafter: str = DEFAULT_DRAFTER, target: str = "qwen2.5-coder-0.5b", *,
@@ -63,7 +68,7 @@ class Session:
                  record_topk: int = 64, threads: int | None = None, drafter_runtime: str = "auto",
                  quant: str = "8da8w", max_seq: int = 1024, verify: str | None = None,
                  target_runtime: str = "auto", target_model: str | None = None, target_context: int = 2048,
-                 target_engine: str | None = None, lookup: bool = True):
+                 target_engine: str | None = None, lookup: bool = True, engine: str | None = None):
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.device.threads import set_threads
         from omnidraft.models.loading import load_tokenizer
@@ -105,10 +110,11 @@ class Session:
         self.cfg = SpecConfig(strategy, k=k or max_k)
         self.adaptive = SpecConfig(strategy, k=max_k, gamma=gamma) if gamma is not None else None
         self.draft_length = self._draft_length(k, max_k, target_dtype)
-        # a serving engine's target: hand generation to the engine while it is measured faster
-        # (pairs/engine_choice.py); not when the caller fixed k
+        # a serving engine's target, or llama.cpp: hand generation to the engine while it is
+        # measured faster (pairs/engine_choice.py); not when the caller fixed k
+        self.engine = self._engine(engine)
         self.engine_choice = (EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
-                              if k is None and hasattr(self.target, "stream_alone") else None)
+                              if k is None and self.engine is not None else None)
         self.store = adapter_store()
         self.version: str | None = None
         self.head = None
@@ -118,6 +124,24 @@ class Session:
         self.lookup = LookupConfig() if lookup else None
         self.turns: list[int] = []  # target ids of this conversation's earlier prompts and answers
         self.refresh()
+
+    def _engine(self, engine: str | None):
+        """What generates alone when it is faster: an OpenAI-API target's engine, llama.cpp on the
+        target's GGUF (``engine="llamacpp"``), or nothing."""
+        if engine is None:
+            return self.target if hasattr(self.target, "stream_alone") else None
+        if engine != "llamacpp":
+            raise OmniDraftError(f"unknown engine {engine!r}", "the one engine a local target can hand to is llamacpp")
+        if self.spec.remote:
+            raise OmniDraftError("engine='llamacpp' runs a local target's GGUF, and this target is a server",
+                                 "a server's own engine is chosen without it")
+        if not self.sampling.greedy:
+            raise OmniDraftError("engine='llamacpp' generates greedily only",
+                                 "drop the sampling settings or the engine")
+        from omnidraft.pairs.llamacpp import llamacpp_engine
+
+        return llamacpp_engine(self.spec.target, stop_ids(self.target_tok, model_eos_ids(self.target)),
+                               self.target_tok, progress=lambda m: print(m, file=sys.stderr, flush=True))
 
     def _draft_length(self, k: int | None, max_k: int, target_dtype: str):
         """FixedK(k), or the cost model's choice for this pair on these runtimes."""
@@ -213,7 +237,7 @@ class Session:
         from omnidraft.decode.metrics import Metrics
 
         ids = encode_prompt(self.target_tok, prompt, chat=chat)
-        alone = yield from self.target.stream_alone(ids, check_budget(ids, max_new_tokens, self.target))
+        alone = yield from self.engine.stream_alone(ids, check_budget(ids, max_new_tokens, self.target))
         self.engine_choice.observe(True, alone.tokens, alone.seconds)
         m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
         return Result(alone.text, self.target_tok(alone.text, add_special_tokens=False).input_ids,

@@ -5,7 +5,7 @@ heterogeneous vocabularies) at its default and at its best setting here (5 token
 constant schedule: 1.07-1.14x its default on this machine).
 
 Each is a run(prompt ids, new tokens) -> (tokens generated, seconds, prefill included). Knows
-transformers' generate (llama.cpp's runner is the product's: omnidraft/jobs/llamacpp_alone.py);
+transformers' generate (llama.cpp's runner is the product's: omnidraft/pairs/llamacpp.py);
 nothing about OmniDraft's decoding.
 """
 
@@ -28,7 +28,7 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
     transformers target in ``dtype``, or ``target_hf`` when the caller has it loaded already."""
     from bench_speculative import hf_assisted
     from omnidraft.decode.text import generation_eos_ids
-    from omnidraft.jobs.llamacpp_alone import INSTALL, LlamaCppAlone
+    from omnidraft.pairs.llamacpp import INSTALL, LlamaCppAlone
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_model, load_tokenizer
 
@@ -38,7 +38,8 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
     eos = generation_eos_ids(target_hf.generation_config)
     runs = {}
     try:
-        runs["llama.cpp target alone"] = LlamaCppAlone(ensure_gguf(target, progress=log), threads, eos, n_ctx=1024)
+        runs["llama.cpp target alone"] = LlamaCppAlone(ensure_gguf(target, progress=log), threads, eos, ttok,
+                                                        n_ctx=1024)
     except ImportError:
         log(f"llama-cpp-python is not installed ({INSTALL}): no llama.cpp baseline")
 

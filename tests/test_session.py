@@ -16,6 +16,7 @@ from omnidraft.models.eager import CausalLM
 from omnidraft.train.verlog import VerificationLog
 
 from .conftest import save_tiny, tiny, vocab_len
+from .pairs.test_llamacpp import fake_llama_cpp  # noqa: F401 - a fixture
 
 PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n",
            "import os\n", "Dear team,", "for i in range(", "SELECT * FROM", "Once upon", "class Foo:"]
@@ -322,3 +323,31 @@ def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models,
     assert isinstance(Session(drafter, target, target_dtype="fp32", log=False, k=3).draft_length, FixedK)
     s.close()
     again.close()
+
+
+def test_a_session_hands_generations_to_llama_cpp_while_it_is_measured_faster(home, models, monkeypatch,
+                                                                                 fake_llama_cpp):
+    """engine="llamacpp": the pair runs until measured; then each generation goes to whichever of
+    the pair and llama.cpp alone is faster (llama.cpp's text is its own greedy output); sampling or
+    an unknown engine are refused in one line."""
+    from omnidraft import Session
+    from omnidraft.errors import OmniDraftError
+    from omnidraft.pairs import llamacpp
+    from omnidraft.sampling import SamplingConfig
+
+    monkeypatch.setattr(llamacpp, "gguf_of", lambda ref, progress: home / "target.gguf")
+    s = Session(*models, target_dtype="fp32", log=False, engine="llamacpp")
+    assert s.engine.gguf == home / "target.gguf" and s.engine_choice is not None
+    assert "engine_alone" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics  # not measured yet: the pair
+    s.engine_choice.measured(pair_tokens_per_s=1.0, engine_tokens_per_s=100.0)
+    alone = s.generate(PROMPTS[0], max_new_tokens=8)
+    assert alone.metrics["engine_alone"] and alone.text == s.target_tok.decode(fake_llama_cpp.script)
+    assert fake_llama_cpp.made[0].prompts == [s.target_tok(PROMPTS[0]).input_ids]
+    s.engine_choice.measured(pair_tokens_per_s=100.0, engine_tokens_per_s=1.0)
+    assert "engine_alone" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics
+    s.close()
+    assert Session(*models, target_dtype="fp32", log=False, engine="llamacpp", k=3).engine_choice is None
+    with pytest.raises(OmniDraftError, match="greedily only"):
+        Session(*models, target_dtype="fp32", log=False, engine="llamacpp", sampling=SamplingConfig(temperature=0.7))
+    with pytest.raises(OmniDraftError, match="unknown engine 'vllm'"):
+        Session(*models, target_dtype="fp32", log=False, engine="vllm")

@@ -1,17 +1,27 @@
 """Text in and out of token ids: prompt encoding (plain or chat template), stop ids, an
 incremental detokenizer that streams only completed characters, and running a stream of text
-pieces to the result it returns.
+pieces to the result it returns (an engine's ``Alone``).
 
 Knows tokenizers; nothing about models or decoding strategies.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Generator, TypeVar
 
 from omnidraft.errors import OmniDraftError
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Alone:
+    """What an engine generating on its own returned (a serving engine, llama.cpp in-process)."""
+
+    text: str
+    tokens: int  # new tokens (a serving engine's EOS not counted; llama.cpp's counted, as `ar` counts it)
+    seconds: float
 
 
 def drained(pieces: Generator[str, None, T], on_text: Callable[[str], None] | None = None) -> T:

@@ -1,5 +1,6 @@
 """`omnidraft pair` as a library function: pair a drafter with a target (vocabulary map, seeded
-n-grams, a fresh adapter and head), calibrate on built-in prompts, and report.
+n-grams, a fresh adapter and head), calibrate on built-in prompts beside the target alone and
+llama.cpp alone (when installed), and report.
 Knows the Session and the prompts; nothing about training rounds (the demo's, demo.py);
 printing is the caller's (``say``).
 """
@@ -12,7 +13,9 @@ import time
 from typing import Callable
 
 from omnidraft.decode.draft_length import CostModelK
-from omnidraft.jobs.llamacpp_alone import LlamaCppAlone, llamacpp_alone
+from omnidraft.errors import OmniDraftError
+from omnidraft.pairs.engine_choice import PROBE_EVERY
+from omnidraft.pairs.llamacpp import LlamaCppAlone, llamacpp_engine
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, pair_dir
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
@@ -118,11 +121,14 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, 
 def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
          max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
          target_model: str | None = None, target_context: int = 2048, target_engine: str | None = None,
-         say: Callable[..., None] | None = None, session=None, llamacpp: bool = True) -> dict:
+         say: Callable[..., None] | None = None, session=None, llamacpp: bool = True,
+         engine: str | None = None) -> dict:
     """Pair ``drafter`` with ``target``: build their ExecuTorch programs when missing (a given
     ``session`` runs on what it loaded), measure the cost model, and calibrate for about
     ``calibration_s`` seconds, beside the target alone and (``llamacpp``, when llama-cpp-python is
-    installed and the target has a GGUF) the target alone on llama.cpp."""
+    installed and the target has a GGUF) the target alone on llama.cpp. ``engine="llamacpp"``: the
+    session hands generations to llama.cpp while it is measured faster than the pair (the
+    calibration measures both)."""
     from omnidraft.pairs import programs
     from omnidraft.session import Session
 
@@ -131,7 +137,7 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
     say(f"pairing {drafter} with {target} ...")
     session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer,
                                  target_model=target_model, target_context=target_context,
-                                 target_engine=target_engine)
+                                 target_engine=target_engine, engine=engine)
     name = session.spec.name
     if reset:
         for v in session.store.versions(name):
@@ -164,24 +170,36 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
             report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
                                     "translate_ms": dl.model.translate_ms, "on": session.cost_on}
             session.save_cost()
-        llama = baseline(session, say) if llamacpp else None
+        llama = baseline(session, say) if llamacpp or session.engine is not None else None
         with session.pair_only():
             report["calibration"] = c = measure(session, prompts, max_new_tokens=max_new_tokens,
                                                 ar=not session.spec.remote, say=say, budget_s=calibration_s / 2,
                                                 llamacpp=llama)
-        if session.engine_choice is not None and "ar_tokens_per_s" in c:
-            session.engine_choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
+        choice = session.engine_choice
+        alone = c.get("llamacpp_tokens_per_s" if isinstance(session.engine, LlamaCppAlone) else "ar_tokens_per_s")
+        if choice is not None and alone:
+            choice.measured(c["tokens_per_s"], alone)
+            report["engine"] = {"pair_tokens_per_s": choice.pair_tokens_per_s,
+                                "engine_tokens_per_s": choice.engine_tokens_per_s, "hands_over": choice.engine_now()}
     return report
 
 
 def baseline(session, say) -> LlamaCppAlone | None:
-    """The target alone on llama.cpp for a local target (a remote one is compared with its own
-    engine), stopping where the target alone stops."""
+    """The target alone on llama.cpp: the session's own engine, else one for a local target (a
+    remote one is compared with its own engine), stopping where the target alone stops; None
+    after one line saying why there is no llama.cpp row."""
     from omnidraft.decode.text import model_eos_ids, stop_ids
 
+    if isinstance(session.engine, LlamaCppAlone):
+        return session.engine
     if session.spec.remote:
         return None
-    return llamacpp_alone(session.spec.target, stop_ids(session.target_tok, model_eos_ids(session.target)), say)
+    try:
+        return llamacpp_engine(session.spec.target, stop_ids(session.target_tok, model_eos_ids(session.target)),
+                               session.target_tok, say)
+    except OmniDraftError as e:
+        say(f"{e}: no llama.cpp row")
+        return None
 
 
 def format_report(r: dict) -> str:
@@ -207,6 +225,12 @@ def format_report(r: dict) -> str:
         if r["runtimes"]["target"] == "remote" and c.get("speedup", 1.0) < 1.0:
             lines.append("  the engine generating alone is faster than the pair through its API on this server: "
                          "a Session lets it generate (re-trying the pair every few generations)")
+        elif r.get("engine", {}).get("hands_over") and r["runtimes"]["target"] != "remote":
+            lines.append("  llama.cpp alone is faster than the pair here: a Session(engine=\"llamacpp\") hands it "
+                         f"generations (its own greedy output of the GGUF), re-trying the pair every {PROBE_EVERY}")
+        elif c.get("vs_llamacpp", 1.0) < 1.0 and "engine" not in r:
+            lines.append("  llama.cpp alone is faster than the pair here: --engine llamacpp / "
+                         "Session(engine=\"llamacpp\") hands it generations while it is measured faster")
         if cm:
             err = c["decode_tokens_per_s"] / max(cm["predicted_tokens_per_s"], 1e-9) - 1
             lines.append(f"  decoding (prefill excluded): measured {c['decode_tokens_per_s']:.2f} tokens/s, "

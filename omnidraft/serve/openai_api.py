@@ -31,26 +31,16 @@ Knows verification over a Wire; nothing about drafters or any engine's reply for
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Generator
 
 import torch
 
 from omnidraft.sampling import SamplingConfig
-from omnidraft.decode.text import drained
+from omnidraft.decode.text import Alone, drained
 from omnidraft.decode.verify import Verdict
 from omnidraft.errors import OmniDraftError
 from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
 from omnidraft.serve.wire import BAN, ENGINES, TOP_N, Row, Wire
-
-
-@dataclass(frozen=True)
-class Alone:
-    """What the engine generating on its own returned."""
-
-    text: str
-    tokens: int  # new tokens (the engine's EOS not counted)
-    seconds: float
 
 
 class OpenAITarget:
