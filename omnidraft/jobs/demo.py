@@ -1,11 +1,12 @@
 """`omnidraft demo` as a library function: the product on this machine, honestly. Build the
 ExecuTorch programs of SmolLM2-135M (drafter) and Qwen2.5-Coder-0.5B (target) when missing,
 pair them (cost model + calibration), then on prompts the pairing did not see stream the pair's
-output and run the target alone on the same prompts, side by side; run one training round on
-what was logged and measure again on those held-out prompts (never logged, so never trained on).
+output and run the target alone on the same prompts, side by side (and on llama.cpp, when
+llama-cpp-python is installed); run one training round on what was logged and measure again on
+those held-out prompts (never logged, so never trained on).
 
-Knows the Session, the pairing job (calibrate.py), the program builder and the tuning round;
-printing is the caller's (``say``).
+Knows the Session, the pairing job (pairing.py, with its llama.cpp row), the program builder and
+the tuning round; printing is the caller's (``say``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ALPHA = 0.05  # acceptance must rise with one-sided p below this
 
 
 def held_out_prompts(n: int) -> list[str]:
-    """Code and chat prompts outside the pairing's calibration set (calibrate.builtin_prompts)."""
+    """Code and chat prompts outside the pairing's calibration set (pairing.builtin_prompts)."""
     code, chat = humaneval(start=10, limit=n), CHAT_PROMPTS[10:10 + n]
     return [p for pair in zip(code, chat) for p in pair][:n]
 
