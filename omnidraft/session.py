@@ -19,6 +19,7 @@ from omnidraft.decode.generate import Result, stream_speculative
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
 from omnidraft.pairs.engine_choice import EngineChoice
+from omnidraft.pairs.llamacpp import LlamaCppAlone, check_engine
 from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir,
                                   save_spec)
 from omnidraft.sampling import SamplingConfig
@@ -88,6 +89,8 @@ class Session:
         except OmniDraftError:
             known = False
         self.sampling = sampling
+        gguf = check_engine(engine, self.spec.target, remote=self.spec.remote, greedy=sampling.greedy,
+                            progress=lambda m: print(m, file=sys.stderr, flush=True))  # before models load
         self.verify = verify or default_verify_mode(strategy, remote=self.spec.remote)
         self.lossless = is_lossless(strategy, self.verify, sampling)
         self.record_topk = record_topk if log else 0
@@ -112,7 +115,7 @@ class Session:
         self.draft_length = self._draft_length(k, max_k, target_dtype)
         # a serving engine's target, or llama.cpp: hand generation to the engine while it is
         # measured faster (pairs/engine_choice.py); not when the caller fixed k
-        self.engine = self._engine(engine)
+        self.engine = self._engine(gguf)
         self.engine_choice = (EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
                               if k is None and self.engine is not None else None)
         self.store = adapter_store()
@@ -125,23 +128,15 @@ class Session:
         self.turns: list[int] = []  # target ids of this conversation's earlier prompts and answers
         self.refresh()
 
-    def _engine(self, engine: str | None):
-        """What generates alone when it is faster: an OpenAI-API target's engine, llama.cpp on the
-        target's GGUF (``engine="llamacpp"``), or nothing."""
-        if engine is None:
-            return self.target if hasattr(self.target, "stream_alone") else None
-        if engine != "llamacpp":
-            raise OmniDraftError(f"unknown engine {engine!r}", "the one engine a local target can hand to is llamacpp")
-        if self.spec.remote:
-            raise OmniDraftError("engine='llamacpp' runs a local target's GGUF, and this target is a server",
-                                 "a server's own engine is chosen without it")
-        if not self.sampling.greedy:
-            raise OmniDraftError("engine='llamacpp' generates greedily only",
-                                 "drop the sampling settings or the engine")
-        from omnidraft.pairs.llamacpp import llamacpp_engine
+    def _engine(self, gguf):
+        """What generates alone when it is faster: llama.cpp on ``gguf``, an OpenAI-API target's
+        engine, or nothing."""
+        if gguf is not None:
+            import torch
 
-        return llamacpp_engine(self.spec.target, stop_ids(self.target_tok, model_eos_ids(self.target)),
-                               self.target_tok, progress=lambda m: print(m, file=sys.stderr, flush=True))
+            return LlamaCppAlone(gguf, torch.get_num_threads(), stop_ids(self.target_tok, model_eos_ids(self.target)),
+                                 self.target_tok)
+        return self.target if hasattr(self.target, "stream_alone") else None
 
     def _draft_length(self, k: int | None, max_k: int, target_dtype: str):
         """FixedK(k), or the cost model's choice for this pair on these runtimes."""

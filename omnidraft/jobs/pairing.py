@@ -15,7 +15,8 @@ from typing import Callable
 from omnidraft.decode.draft_length import CostModelK
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.engine_choice import PROBE_EVERY
-from omnidraft.pairs.llamacpp import LlamaCppAlone, llamacpp_engine
+from omnidraft.pairs.build import is_remote
+from omnidraft.pairs.llamacpp import LlamaCppAlone, check_engine, llamacpp_engine
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, pair_dir
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
@@ -133,6 +134,8 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
     from omnidraft.session import Session
 
     say = say or (lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    if session is None:  # a bad engine is refused before the programs are built
+        check_engine(engine, target, remote=is_remote(target), greedy=True, progress=say)
     built = {} if session is not None else programs.ensure(drafter, target, say=say)
     say(f"pairing {drafter} with {target} ...")
     session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer,

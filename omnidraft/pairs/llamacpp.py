@@ -75,11 +75,9 @@ def gguf_of(ref: str, progress: Callable[[str], None]) -> Path | None:
     return None
 
 
-def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], None]) -> LlamaCppAlone:
-    """``ref``'s GGUF on llama.cpp, on torch's thread count (the programs' count: device/threads.py);
-    a one-line error when llama-cpp-python is not installed or ``ref`` has no GGUF."""
-    import torch
-
+def engine_gguf(ref: str, progress: Callable[[str], None]) -> Path:
+    """The GGUF llama.cpp would run for ``ref``; a one-line error when llama-cpp-python is not
+    installed or ``ref`` has no GGUF (checked before any model loads)."""
     try:
         import llama_cpp  # noqa: F401 - only whether the extra is installed
     except ImportError:
@@ -87,4 +85,27 @@ def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], Non
     gguf = gguf_of(ref, progress)
     if gguf is None:
         raise OmniDraftError(f"llama.cpp: {ref} has no GGUF to run", "pass a catalog name or a .gguf target")
-    return LlamaCppAlone(gguf, torch.get_num_threads(), stop, tok)
+    return gguf
+
+
+def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], None]) -> LlamaCppAlone:
+    """``ref``'s GGUF on llama.cpp, on torch's thread count (the programs' count: device/threads.py)."""
+    import torch
+
+    return LlamaCppAlone(engine_gguf(ref, progress), torch.get_num_threads(), stop, tok)
+
+
+def check_engine(engine: str | None, target: str, *, remote: bool, greedy: bool,
+                 progress: Callable[[str], None]) -> Path | None:
+    """The GGUF a Session's ``engine`` runs (None without an engine); a one-line error for an
+    engine a session with ``target`` cannot hand generations to. Cheap: call it before models load."""
+    if engine is None:
+        return None
+    if engine != "llamacpp":
+        raise OmniDraftError(f"unknown engine {engine!r}", "the one engine a local target can hand to is llamacpp")
+    if remote:
+        raise OmniDraftError("engine='llamacpp' runs a local target's GGUF, and this target is a server",
+                             "a server's own engine is chosen without it")
+    if not greedy:
+        raise OmniDraftError("engine='llamacpp' generates greedily only", "drop the sampling settings or the engine")
+    return engine_gguf(target, progress)
