@@ -14,6 +14,8 @@ from omnidraft.home import safe_name, subdir
 
 from .info import ProgramInfo
 
+QUANTS = ("fp32", "8da8w", "8da4w")  # the base weight schemes a program is exported (and found) by
+
 
 def program_dir(drafter: str, quant: str, max_seq: int, specvocab_k: int = 0, role: str = "drafter",
                 head_tokens: int = 0) -> Path:

@@ -28,6 +28,7 @@ from omnidraft.errors import OmniDraftError
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .gguf_q4 import Blocks, attach, four_bit_linears, gguf_file, load_codes
 from .info import ProgramInfo
+from .layout import QUANTS
 from .program import DraftProgram, has_llama_layers, is_adapter_param
 from .provenance import shared_provenance
 from .qc4w import per_channel_int4
@@ -35,7 +36,6 @@ from .quant_fakes import shape_only_quant_ops
 from .two_methods import lower_methods
 from .xnnpack_passes import applicable_passes
 
-QUANTS = ("fp32", "8da8w", "8da4w")
 GROUP_SIZES = (0, 16, 32, 64, 128, 256)  # 0: one scale per output channel
 WEIGHT_QPARAMS = ("affine", "hqq")  # torchao's IntxChooseQParamsAlgorithm: AFFINE, HQQ_SCALE_ONLY
 MIXED_EIGHT_BIT = ("lm_head", "down_proj")  # the most quantisation-sensitive Linears (cf. llama.cpp's Q4_K_M)

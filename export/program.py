@@ -238,7 +238,7 @@ class DraftProgram(nn.Module):
         if self.rot is not None:
             states = self._llama_layers(ids, positions, start)  # [1, T, H], after the final norm
         else:
-            states = self.lm.model(input_ids=ids, position_ids=positions, past_key_values=self.kv,
+            states = self.lm.model(input_ids=ids, position_ids=positions, cache=self.kv,
                                    use_cache=True, et_start_pos=start).last_hidden_state  # [1, T, H]
         hidden = states[:, -1, :]  # [1, H]
         if self.all_logits:

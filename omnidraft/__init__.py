@@ -10,9 +10,14 @@ _logging.getLogger("torch.utils._pytree").setLevel(_logging.ERROR)
 __version__ = "0.1.0"
 
 
-def __getattr__(name):  # omnidraft.Session without importing torch at package import
-    if name == "Session":
-        from omnidraft.session import Session
+_FRONT = {"Session": "omnidraft.session", "TargetRef": "omnidraft.pairs.settings",
+          "Runtime": "omnidraft.pairs.settings", "SpecConfig": "omnidraft.propose.config",
+          "SamplingConfig": "omnidraft.sampling"}
 
-        return Session
+
+def __getattr__(name):  # omnidraft.Session and its settings without importing torch at package import
+    if name in _FRONT:
+        import importlib
+
+        return getattr(importlib.import_module(_FRONT[name]), name)
     raise AttributeError(name)

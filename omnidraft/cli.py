@@ -11,21 +11,13 @@ import sys
 from omnidraft.cli_args import build_parser
 from omnidraft.errors import OmniDraftError
 
-MAX_K = 8  # the longest draft the cost model may choose
-
-
 def _cmd_pair(args) -> int:
     from omnidraft.device.threads import set_threads
-    from omnidraft.pairs.build import is_remote
     from omnidraft.jobs.pairing import format_report, pair
 
     set_threads(args.threads)
-    remote = is_remote(args.target)
-    report = pair(args.target, args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
-                  max_new_tokens=args.max_new_tokens, token=read_token(args.token_file) if remote else None,
-                  target_tokenizer=args.target_tokenizer, target_model=args.target_model,
-                  target_context=args.target_context, target_engine=args.target_engine,
-                  llamacpp=not args.no_llamacpp, engine=args.engine)
+    report = pair(_target_ref(args), args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
+                  max_new_tokens=args.max_new_tokens, llamacpp=not args.no_llamacpp, engine=args.engine)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -211,76 +203,68 @@ def _cmd_models(args) -> int:
     return 0
 
 
+def _target_ref(args):
+    """The --target and the options that say how to reach it, as a TargetRef."""
+    from omnidraft.pairs.settings import TargetRef
+
+    remote = TargetRef(args.target).remote
+    return TargetRef(args.target, token=read_token(args.token_file) if remote else None,
+                     tokenizer=args.target_tokenizer, model=getattr(args, "target_model", None),
+                     context=getattr(args, "target_context", 2048), engine=getattr(args, "target_engine", None),
+                     fallback=getattr(args, "fallback_target", None))
+
+
+def _runtime(args):
+    from omnidraft.pairs.settings import Runtime
+
+    return Runtime(drafter=args.drafter_runtime, target=args.target_runtime, quant=args.quant, max_seq=args.max_seq,
+                   specvocab_k=args.specvocab_k, dtype=args.dtype, threads=args.threads,
+                   ngram_policy=args.cache_policy, ngram_mib=args.cache_mib)
+
+
 def _cmd_generate(args) -> int:
-    from omnidraft.decode.generate import generate_ar, generate_speculative
-    from omnidraft.decode.modes import default_verify_mode
-    from omnidraft.sampling import SamplingConfig
-    from omnidraft.device.threads import set_threads
-    from omnidraft.models.loading import load_tokenizer
-    from omnidraft.pairs.build import is_remote, load_drafter, load_target
-    from omnidraft.pairs.cost import for_pair
-    from omnidraft.pairs.spec import pair_name
+    from omnidraft.decode.text import drained
+    from omnidraft.pairs.spec import DEFAULT_DRAFTER
     from omnidraft.propose.config import SpecConfig
-    from omnidraft.propose.lookup import LookupConfig
-    from omnidraft.session import DEFAULT_K
     from omnidraft.propose.registry import get
-    from omnidraft.translate.state import PairState
+    from omnidraft.sampling import SamplingConfig
+    from omnidraft.session import Session
 
     if not args.prompt.strip():
         raise OmniDraftError("empty prompt", "pass some text with --prompt")
     strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
-    remote = is_remote(args.target)
-    k = args.draft_length if args.draft_length is not None else DEFAULT_K if remote else MAX_K
-    spec = SpecConfig(strategy=strategy, k=k, confidence=args.confidence)
-    speculative = get(strategy).speculative
-    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
-    set_threads(args.threads)
-    if remote and not speculative:
-        raise OmniDraftError("a remote target verifies drafts", "pass --drafter")
-    verify = args.verify or default_verify_mode(strategy, remote=remote)
-    dname = args.drafter or "smollm2-135m"
-    drafter = (load_drafter(dname, args.drafter_runtime, quant=args.quant, max_seq=args.max_seq,
-                            specvocab_k=args.specvocab_k, adapter_ptd=args.adapter_ptd, dtype=args.dtype,
-                            note=lambda s: print(f"omnidraft: {s}", file=sys.stderr))
-               if speculative else None)  # first: a missing program fails before the target loads
-    target, tok = load_target(args.target, sampling=sampling, verify=verify, dtype=args.dtype,
-                              token=read_token(args.token_file) if remote else None,
-                              tokenizer=args.target_tokenizer, fallback=args.fallback_target,
-                              runtime=args.target_runtime, target_model=args.target_model,
-                              target_context=args.target_context, target_engine=args.target_engine)
+    drafter = args.drafter or (DEFAULT_DRAFTER if get(strategy).speculative else None)
+    session = Session(drafter, _target_ref(args), k=args.draft_length,
+                      spec=SpecConfig(strategy, confidence=args.confidence),
+                      sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
+                      verify=args.verify, lookup=not args.no_lookup, log=not args.no_log, adapter=args.adapter,
+                      runtime=_runtime(args))
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
-    if not speculative:
-        result = generate_ar(target, tok, args.prompt, max_new_tokens=args.max_new_tokens,
-                             sampling=sampling, chat=args.chat, on_text=on_text)
-    else:
-        pair = PairState(load_tokenizer(dname), tok, drafter.vocab_size, target.vocab_size, persist=True,
-                         policy=args.cache_policy, max_bytes=args.cache_mib << 20)
-        draft_length = None  # --draft-length N or a remote target: k every round
-        if args.draft_length is None and not remote:
-            draft_length = for_pair(pair_name(dname, args.target), target, drafter, args.dtype, MAX_K,
-                                    progress=lambda s: print(f"omnidraft: cost model: {s}", file=sys.stderr))[0]
-        try:
-            result = generate_speculative(drafter, target, pair, args.prompt, cfg=spec,
-                                          max_new_tokens=args.max_new_tokens, sampling=sampling,
-                                          verify_mode=verify, chat=args.chat, on_text=on_text,
-                                          draft_length=draft_length,
-                                          lookup=None if args.no_lookup else LookupConfig())
-        finally:
-            pair.save()  # learned n-grams and hit counts survive, even after Ctrl-C
-        if draft_length is not None:
-            result.metrics["cost_model"] = draft_length.state()
+    try:
+        result = drained(session.stream(args.prompt, max_new_tokens=args.max_new_tokens, chat=args.chat), on_text)
+    finally:
+        session.close()
+    m = result.metrics
     if args.json:
-        print(json.dumps({"text": result.text, "token_ids": result.token_ids,
-                          "lossless": result.lossless, "verify": result.metrics.get("verify"),
-                          "metrics": result.metrics}))
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "lossless": result.lossless,
+                          "verify": m.get("verify"), "adapter": m.get("adapter"), "engine": m.get("engine"),
+                          "logged": session.log is not None and not session.alone, "metrics": m}))
     else:
-        print("\n\n" + format_metrics(result.metrics), file=sys.stderr)
+        print("\n\n" + format_metrics(m, paired=not session.alone), file=sys.stderr)
     return 0
 
 
-def format_metrics(m: dict) -> str:
+def format_metrics(m: dict, paired: bool = True) -> str:
+    """The figures of one generation; ``paired``: a drafter ran (its adapter is named)."""
     line = (f"[{m['strategy']}] {m['new_tokens']} tokens in {m['wall_s']:.2f} s: "
             f"{m['tokens_per_s']:.2f} tokens/s (decode {m['decode_tokens_per_s']:.2f} tokens/s)")
+    if m.get("engine"):
+        e = m["engine"]
+        line += (f"\n  the text of {e['name']} alone ({e.get('file') or e.get('url')}): its own output, measured faster "
+                 "than the pair" + ("; not the target program's (lossless with respect to it: no)"
+                                    if not m.get("lossless", True) else ""))
+    elif paired:
+        line += f"\n  adapter: {m.get('adapter') or 'none (the drafter unadapted)'}"
     cm = m.get("cost_model")
     if cm:
         line += (f"\n  cost model: drafting k = {cm['k']} per round, predicted {cm['predicted_tokens_per_s']:.2f} "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from omnidraft.decode.draft_length import K_MAX
 from omnidraft.pairs.cost import WIDTHS
 from omnidraft.serve.wire import ENGINES
 
@@ -16,7 +17,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's weights")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
 
@@ -57,9 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "--strategy is not ar)")
     gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw | slrs (default: "
                      "omnidraft with --drafter, else ar)")
-    gen.add_argument("-k", "--draft-length", type=int, default=None, help="drafter tokens per round "
-                     "(the maximum with --confidence). Default: the pair's cost model chooses 0..8 each "
-                     "round on this machine, 0 = the target alone when drafting would not pay")
+    gen.add_argument("-k", "--draft-length", type=int, default=None, help=f"drafter tokens per round, 0..{K_MAX} "
+                     "(the maximum with --confidence); 0 = the target alone. Default: the pair's cost model "
+                     f"chooses 0..{K_MAX} each round on this machine, 0 when drafting would not pay")
     gen.add_argument("--no-lookup", action="store_true", help="never propose ids copied from the "
                      "context (by default a round may verify a continuation copied from the prompt or "
                      "output instead of drafting, where the cost model prefers it)")
@@ -84,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "the program's cache length")
     gen.add_argument("--specvocab-k", type=int, default=0, help="with --drafter-runtime executorch: "
                      "the program exported with this SpecVocab k")
-    gen.add_argument("--adapter-ptd", default=None, help="with --drafter-runtime executorch: a .ptd "
-                     "from `omnidraft export-adapter` (default: the program's zero adapter)")
+    gen.add_argument("--adapter", default="latest", help="the drafter's adapter: latest (the pair's last "
+                     "published version; default), none (the drafter unadapted), or a version such as v0003")
+    gen.add_argument("--no-log", action="store_true", help="keep this generation out of the verification log "
+                     "the daemon trains from (logged by default)")
     _add_sampling(gen)
     srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP")
     srv.add_argument("--model", required=True)

@@ -121,9 +121,3 @@ def sample(p: torch.Tensor, generator: torch.Generator) -> int:
         i = int(p.nonzero().flatten()[-1])
     return i
 
-
-def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
-    """One id from [V] logits: argmax when greedy, else a draw from probs()."""
-    if cfg.greedy:
-        return int(logits.argmax())
-    return sample(probs(logits, cfg), generator)

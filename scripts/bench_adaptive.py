@@ -36,11 +36,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
     from omnidraft.propose.config import SpecConfig
+    from omnidraft.train.records import build_record
     from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     log = logger("adaptive")
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
     problems = humaneval()
     train, test = problems[: args.train], problems[len(problems) - args.test:]
     models = load_models(args.drafter, args.target, drafter_dtype="fp32", target_dtype=args.target_dtype)
-    drafter, target = models.drafter, models.target
+    drafter, target = models.drafter, LocalTarget(models.target)
     pair = models.pair()
     seeded = copy.deepcopy(pair.cache)
     base = drafter.model
@@ -62,8 +65,9 @@ def main(argv=None) -> int:
     records = []
     for i, p in enumerate(train):
         pair.cache = copy.deepcopy(seeded)
-        records.append(generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
-                                            max_new_tokens=args.max_new_tokens, record_topk=64).record)
+        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(args.k),
+                                 max_new_tokens=args.max_new_tokens, record_topk=64)
+        records.append(build_record(pair.vmap, r.verified))
         if i % 16 == 15:
             log(f"recorded {i + 1}/{len(train)}")
     report["record_seconds"] = round(time.perf_counter() - t0, 1)
@@ -104,20 +108,18 @@ def main(argv=None) -> int:
     distilled, _ = run("distill")
     joint_lm, joint_head = run("joint")
     inter_lm, inter_head = run("interleaved")
-    fixed = SpecConfig("omnidraft", k=args.k)
+    fixed = (SpecConfig("omnidraft"), FixedK(args.k))
+    adaptive = lambda gamma: (SpecConfig("omnidraft", gamma=gamma), FixedK(args.max_k))  # noqa: E731
     rows = [("fixed k (untrained)", base_lm, None, fixed),
-            (f"adapt only (gamma {args.gamma})", base_lm, adapt_head,
-             SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma)),
+            (f"adapt only (gamma {args.gamma})", base_lm, adapt_head, adaptive(args.gamma)),
             ("distill only (fixed k)", distilled, None, fixed),
-            (f"joint distill + adapt (gamma {args.gamma})", joint_lm, joint_head,
-             SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma))]
-    rows += [(f"interleaved distill + adapt (gamma {g})", inter_lm, inter_head,
-              SpecConfig("omnidraft", k=args.max_k, gamma=g)) for g in args.gammas]
+            (f"joint distill + adapt (gamma {args.gamma})", joint_lm, joint_head, adaptive(args.gamma))]
+    rows += [(f"interleaved distill + adapt (gamma {g})", inter_lm, inter_head, adaptive(g)) for g in args.gammas]
     tot = {name: Tally() for name, *_ in rows}
     for n, p in enumerate(test):
-        for name, lm, head, cfg in rows:
+        for name, lm, head, (cfg, k) in rows:
             pair.cache = copy.deepcopy(seeded)
-            tot[name].add(generate_speculative(lm, target, pair, p, cfg=cfg, max_new_tokens=args.max_new_tokens,
+            tot[name].add(generate_speculative(lm, target, pair, p, cfg=cfg, k=k, max_new_tokens=args.max_new_tokens,
                                                head=head).metrics)
         log(f"evaluated prompt {n + 1}/{len(test)}")
     for name, *_ in rows:

@@ -54,6 +54,7 @@ def main() -> int:
     from omnidraft.copy_prompts import copy_prompts
     from omnidraft.decode.draft_length import CostModelK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.lm import common_prefix, same_start
     from omnidraft.models.loading import load_tokenizer
@@ -65,6 +66,7 @@ def main() -> int:
 
     drafter = load_drafter(args.drafter, "executorch")
     target = local_target(args.target, "executorch", quant=args.quant)
+    verifier = LocalTarget(target)  # greedy
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
     pair = PairState(dtok, ttok, drafter.vocab_size, target.vocab_size)
     model = measure(target, drafter, WIDTHS, progress=log)
@@ -72,8 +74,8 @@ def main() -> int:
     half = args.calibrate // 2
     with calibrated.fixed(5):
         for p, chat in benchsetup.prompt_mix(half, args.calibrate - half, code_start=40, chat_start=12):
-            generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=8),
-                                 max_new_tokens=args.max_new_tokens, chat=chat, draft_length=calibrated)
+            generate_speculative(drafter, verifier, pair, p, cfg=SpecConfig("omnidraft"), k=calibrated,
+                                 max_new_tokens=args.max_new_tokens, chat=chat)
     calibrated.reestimate()
     log(f"calibrated: {calibrated.state()}")
 
@@ -83,7 +85,7 @@ def main() -> int:
         messages = []
         for turn in turns[:-1]:
             messages.append({"role": "user", "content": turn})
-            answer = generate_ar(target, ttok, turn, max_new_tokens=args.max_new_tokens, chat=True)
+            answer = generate_ar(verifier, ttok, turn, max_new_tokens=args.max_new_tokens, chat=True)
             messages.append({"role": "assistant", "content": answer.text})
         messages.append({"role": "user", "content": turns[-1]})
         return ttok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -112,11 +114,11 @@ def main() -> int:
             got = {}
             for r in executorch_rows[turn:] + executorch_rows[:turn]:
                 again()
-                got[r] = (generate_ar(target, ttok, text, max_new_tokens=args.max_new_tokens, chat=chat)
+                got[r] = (generate_ar(verifier, ttok, text, max_new_tokens=args.max_new_tokens, chat=chat)
                           if r == "alone" else
-                          generate_speculative(drafter, target, pair, text, cfg=SpecConfig("omnidraft", k=8),
-                                               max_new_tokens=args.max_new_tokens, chat=chat,
-                                               draft_length=lengths[r], lookup=runs[r]))
+                          generate_speculative(drafter, verifier, pair, text, cfg=SpecConfig("omnidraft"),
+                                               k=lengths[r], max_new_tokens=args.max_new_tokens, chat=chat,
+                                               lookup=runs[r]))
             ref = got["alone"]
             alone["tokens"] += ref.metrics["new_tokens"]
             alone["s"] += ref.metrics["wall_s"]

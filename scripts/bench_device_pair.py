@@ -60,6 +60,7 @@ def main() -> int:
     log = benchsetup.logger("device-pair" + ("-before" if before else ""))
     from omnidraft.decode.draft_length import CostModelK, FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.lm import same_start
     from omnidraft.models.loading import load_tokenizer
@@ -70,6 +71,7 @@ def main() -> int:
 
     drafter = load_drafter(args.drafter, "executorch")
     target = local_target(args.target, "executorch", quant=args.quant)
+    verifier = LocalTarget(target)  # greedy
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
     pair = PairState(dtok, ttok, drafter.vocab_size, target.vocab_size)
     model = measure(target, drafter, tuple(range(1, args.k_max + 2)), progress=log)
@@ -79,8 +81,8 @@ def main() -> int:
     dl, translate = CostModelK(model, k_max=args.k_max), []
     with dl.fixed(args.k_calibrate):  # every calibration prompt's rounds, counted together
         for p, chat in calib:
-            m = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_max),
-                                     max_new_tokens=args.max_new_tokens, chat=chat, draft_length=dl).metrics
+            m = generate_speculative(drafter, verifier, pair, p, cfg=SpecConfig("omnidraft"), k=dl,
+                                     max_new_tokens=args.max_new_tokens, chat=chat).metrics
             translate.append(m["translate_ms_median"] or 0.0)
     accept = dl.rates()
     model.translate_ms = round(sum(translate) / max(len(translate), 1), 3)
@@ -105,14 +107,14 @@ def main() -> int:
         for i, (p, chat) in enumerate(prompts):  # interleaved per prompt: alone, the pair runs, baselines
             again = same_start(target, drafter)  # every run finds what the first found
             again()
-            ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
+            ref = generate_ar(verifier, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             alone.add(benchio.filled(ref.metrics))
             decode["alone"][0] += ref.metrics["new_tokens"]
             decode["alone"][1] += ref.metrics["wall_s"] - ref.metrics["prefill_s"]
             for r, length in runs.items():
                 again()
-                got = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k_max),
-                                           max_new_tokens=args.max_new_tokens, chat=chat, draft_length=length)
+                got = generate_speculative(drafter, verifier, pair, p, cfg=SpecConfig("omnidraft"), k=length,
+                                           max_new_tokens=args.max_new_tokens, chat=chat)
                 m = benchio.filled(got.metrics)
                 tallies[r].add(m, equal=got.token_ids == ref.token_ids)
                 forwards[r] += m["target_forwards"]

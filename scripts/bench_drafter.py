@@ -42,6 +42,7 @@ def main() -> int:
     log = benchsetup.logger("drafter")
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.device.runtime import ExecuTorchLM
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import local_target
@@ -59,7 +60,7 @@ def main() -> int:
     ms = _token_ms(drafters, names, [int(c) for c in args.contexts.split(",")], args.calls, args.reps)
     log(f"ms per drafted token: {ms}")
 
-    target = local_target(args.target, "executorch", quant=args.quant)
+    target = LocalTarget(local_target(args.target, "executorch", quant=args.quant))  # greedy
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
     sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
     rows = []
@@ -70,8 +71,8 @@ def main() -> int:
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             for n, d in zip(names, drafters):
                 pair = PairState(dtok, ttok, d.vocab_size, target.vocab_size)  # a fresh n-gram cache each
-                got = generate_speculative(d, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
-                                           max_new_tokens=args.max_new_tokens, chat=chat, draft_length=FixedK(args.k))
+                got = generate_speculative(d, target, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(args.k),
+                                           max_new_tokens=args.max_new_tokens, chat=chat)
                 m = benchio.filled(got.metrics)
                 tallies[n].add(m, equal=got.token_ids == ref.token_ids)
                 forwards[n] += m["target_forwards"]

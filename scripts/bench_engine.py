@@ -78,7 +78,7 @@ def main() -> int:
         tot = {n: [0, 0.0] for n in names}
         handed = equal = paired = 0
         for i, (p, chat) in enumerate(cases):
-            again = same_start(s.target, s.drafter)
+            again = same_start(s.target_model, s.drafter)
             again()
             ref = generate_ar(s.target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             tot["ExecuTorch target alone"][0] += ref.metrics["new_tokens"]
@@ -91,8 +91,8 @@ def main() -> int:
                         got = s.generate(p, max_new_tokens=args.max_new_tokens, chat=chat)
                 else:
                     got = s.generate(p, max_new_tokens=args.max_new_tokens, chat=chat)
-                    handed += bool(got.metrics.get("engine_alone"))
-                if not got.metrics.get("engine_alone"):
+                    handed += bool(got.metrics.get("engine"))
+                if not got.metrics.get("engine"):
                     paired += 1
                     equal += got.token_ids == ref.token_ids
                 tot[row][0] += got.metrics["new_tokens"]

@@ -73,7 +73,9 @@ def main(argv=None) -> int:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.models.loading import load_model, load_tokenizer
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
@@ -161,13 +163,13 @@ def main(argv=None) -> int:
         # one PairState per runtime: each learns its own n-grams online, as a device would
         models = Models(dtok, runtimes["eager fp32"], ttok, target)
         pairs = {r: models.pair() for r in runtimes}
-        cfg = SpecConfig("omnidraft", k=args.k)
+        verifier, cfg, k = LocalTarget(target), SpecConfig("omnidraft"), FixedK(args.k)  # greedy
         tot = {r: Tally() for r in ["ar", *runtimes]}
         for i, p in enumerate(prompts):
-            ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens)
+            ref = generate_ar(verifier, ttok, p, max_new_tokens=args.max_new_tokens)
             tot["ar"].add(ref.metrics, equal=True)
             for r, lm in runtimes.items():
-                res = generate_speculative(lm, target, pairs[r], p, cfg=cfg, max_new_tokens=args.max_new_tokens)
+                res = generate_speculative(lm, verifier, pairs[r], p, cfg=cfg, k=k, max_new_tokens=args.max_new_tokens)
                 tot[r].add(res.metrics, equal=res.token_ids == ref.token_ids)
             log(f"prompt {i + 1}/{len(prompts)} done")
         ar_tps = tot["ar"].tokens / tot["ar"].wall

@@ -72,7 +72,9 @@ def main(argv=None) -> int:
     ap.add_argument("--chat", type=int, default=8)
     args = ap.parse_args(argv)
 
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.propose.config import SpecConfig
 
     log = logger()
@@ -80,16 +82,17 @@ def main(argv=None) -> int:
     test = prompt_mix(args.humaneval, args.chat)
     warm = prompt_mix(args.humaneval, args.chat, code_start=100, chat_start=args.chat)
     models = load_models(args.drafter, args.target, drafter_dtype=args.dtype, target_dtype=args.dtype)
+    target = LocalTarget(models.target)  # greedy
     report = stamp_report(drafter=args.drafter, target=args.target, dtype=args.dtype, k=args.k,
                           max_new_tokens=args.max_new_tokens, test_prompts=[p for p, _ in test],
                           warmup_prompts=[p for p, _ in warm], memory=memory_and_load(), rows=[])
     log(json.dumps(report["memory"]))
 
     def run(name, pair, learn, prompts=test):
-        cfg = SpecConfig("omnidraft", k=args.k, learn_ngrams=learn)
+        cfg = SpecConfig("omnidraft", learn_ngrams=learn)
         t = Tally()
         for p, chat in prompts:
-            t.add(generate_speculative(models.drafter, models.target, pair, p, cfg=cfg, chat=chat,
+            t.add(generate_speculative(models.drafter, target, pair, p, cfg=cfg, k=FixedK(args.k), chat=chat,
                                        max_new_tokens=args.max_new_tokens).metrics)
         row = {"config": name, "entries": len(pair.cache), "seeded": pair.cache.seeded,
                "learned": pair.cache.learned, "evictions": pair.cache.evictions,

@@ -83,7 +83,9 @@ def main(argv=None) -> int:
         render(json.loads(Path(args.from_partial).read_text()), args)
         return 0
 
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.models.eager import CausalLM
     from omnidraft.propose.config import SpecConfig
@@ -97,6 +99,7 @@ def main(argv=None) -> int:
     # the drafter is trained in fp32
     models = load_models(args.drafter, args.target, drafter_dtype="fp32", target_dtype=args.target_dtype)
     drafter, target = models.drafter, models.target
+    verifier = LocalTarget(target)  # greedy
     pair = models.pair()
     seeded = copy.deepcopy(pair.cache)
     log = logger("online")
@@ -108,7 +111,7 @@ def main(argv=None) -> int:
         lm = CausalLM(model, name=args.drafter)
         t = Tally()
         for p in prompts:
-            t.add(generate_speculative(lm, target, pair, p, cfg=SpecConfig(strategy, k=args.k),
+            t.add(generate_speculative(lm, verifier, pair, p, cfg=SpecConfig(strategy), k=FixedK(args.k),
                                        max_new_tokens=args.max_new_tokens, chat=chat).metrics)
         return {"acceptance_rate": t.acceptance_rate(), "tokens_per_s": t.tokens_per_s(), "prompts": len(prompts)}
 

@@ -52,8 +52,10 @@ def main() -> int:
         ap.error(f"--adapter wants LABEL=PATH of an existing .ptd, got {args.adapter}")
     benchsetup.start(args.threads)
     log = benchsetup.logger("rejections")
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.decode.rejections import CAUSES, KINDS, Breakdown, paired_accepted
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
@@ -80,7 +82,7 @@ def main() -> int:
           f"k = {args.k} every round, {args.max_new_tokens} new tokens; strategies interleaved per prompt. "
           f"`{report['command']}`", ""]
     for name in args.targets.split(","):
-        target = local_target(name, "executorch")
+        target = LocalTarget(local_target(name, "executorch"))  # greedy
         ttok = load_tokenizer(name)
         for set_name, prompts in sets.items():
             pairs = {s: PairState(dtok, ttok, drafter.vocab_size, target.vocab_size) for s in strategies}
@@ -92,13 +94,13 @@ def main() -> int:
                     strategy, ptd = variants[s]
                     if drafter.ptd != ptd:
                         drafter.load_adapter(ptd)
-                    cfg = SpecConfig(strategy.split("/")[0], k=args.k, retokenise=not strategy.endswith("/cache"))
+                    cfg = SpecConfig(strategy.split("/")[0], retokenise=not strategy.endswith("/cache"))
                     rounds = []  # this generation's, for the paired comparison
 
                     def on_round(r, tally=tallies[s]):
                         tally.add(r)
                         rounds.append(r)
-                    res = generate_speculative(drafter, target, pairs[s], p, cfg=cfg,
+                    res = generate_speculative(drafter, target, pairs[s], p, cfg=cfg, k=FixedK(args.k),
                                                max_new_tokens=args.max_new_tokens, chat=chat, on_round=on_round)
                     if s in paired:
                         one = paired_accepted(rounds, encode_prompt(ttok, p, chat=chat),

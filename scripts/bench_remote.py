@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=20)
     args = ap.parse_args(argv)
 
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.serve.remote import RemoteTarget
     from omnidraft.models.eager import CausalLM
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
                 else:
                     t = RemoteTarget(url, token, SamplingConfig(), rtt_ms=rtt)
                     t.info()
-                    r = generate_speculative(drafter, t, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
+                    r = generate_speculative(drafter, t, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(args.k),
                                              chat=chat, max_new_tokens=args.max_new_tokens)
                     ids, secs, reqs = r.token_ids, r.metrics["wall_s"], t.requests
                     t.close()

@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     start(args.threads)
     log = logger("remote-engine")
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
     from omnidraft.sampling import SamplingConfig
     from omnidraft.decode.text import encode_prompt
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
             target.verify = timed
         pair = PairState(dtok, ttok, drafter.vocab_size, target.vocab_size)
         t0 = time.perf_counter()
-        out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft", k=args.k),
+        out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(args.k),
                                    max_new_tokens=max_new, chat=chat)
         tokens = sum(t not in eos for t in out.token_ids)  # as the engine counts: its EOS is not text
         return {"s": time.perf_counter() - t0, "tokens": tokens, "evaluations": target.evaluations,

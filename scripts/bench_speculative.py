@@ -84,6 +84,8 @@ def aggregate(runs: list[dict], ar_runs: list[dict] | None) -> dict:
 
 
 def main(argv=None) -> int:
+    from omnidraft.decode.draft_length import K_MAX, FixedK
+
     ap = parser(__doc__, target=None, dtype="--dtype", k=False)
     ap.add_argument("--targets", nargs="+", default=["qwen2.5-coder-1.5b"])
     ap.add_argument("--ks", nargs="*", type=int, default=[3, 4, 5])
@@ -94,7 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers assisted baseline")
     ap.add_argument("--confidence", type=float, default=0.4, help="also run rows that stop drafting "
                     "below this drafter probability (0 to skip); HF assisted uses 0.4")
-    ap.add_argument("--confidence-k", type=int, default=10, help="maximum draft length for those rows")
+    ap.add_argument("--confidence-k", type=int, default=K_MAX,
+                    help=f"maximum draft length for those rows (at most {K_MAX})")
     ap.add_argument("--executorch", nargs="*", default=[], metavar="QUANT",
                     help="also run each strategy at each k with the drafter as this exported program "
                          "(fp32, 8da8w, 8da4w; `omnidraft export` first)")
@@ -102,6 +105,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.prompts import CHAT_PROMPTS, humaneval
     from omnidraft.propose.config import SpecConfig
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
@@ -123,6 +127,7 @@ def main(argv=None) -> int:
     for tname in args.targets:
         models = Models(dtok, drafter, *load(tname, args.dtype))
         ttok, target = models.ttok, models.target
+        verifier = LocalTarget(target)  # greedy
         stop = stop_ids(ttok, model_eos_ids(target))
         for set_name, (prompts, chat) in sets.items():
             log = logger(f"{tname} {set_name}")
@@ -140,7 +145,7 @@ def main(argv=None) -> int:
                 for c in configs:
                     strategy, k, conf, rt = c
                     if strategy == "ar":
-                        r = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
+                        r = generate_ar(verifier, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
                         run = {**r.metrics, "token_ids": r.token_ids}
                     elif strategy == "hf":
                         ids, secs = hf_assisted(target.model, drafter.model, ttok, dtok, pids,
@@ -148,8 +153,8 @@ def main(argv=None) -> int:
                         ids = ids[: next((i + 1 for i, t in enumerate(ids) if t in stop), len(ids))]
                         run = {"new_tokens": len(ids), "wall_s": secs, "token_ids": ids}
                     else:
-                        r = generate_speculative(drafters[rt], target, pairs[c], p,
-                                                 cfg=SpecConfig(strategy, k=k, confidence=conf),
+                        r = generate_speculative(drafters[rt], verifier, pairs[c], p,
+                                                 cfg=SpecConfig(strategy, confidence=conf), k=FixedK(k),
                                                  max_new_tokens=args.max_new_tokens, chat=chat)
                         run = {**r.metrics, "token_ids": r.token_ids,
                                "translate_ms": r.raw.translate_ms, "step_ms": r.raw.step_ms}
@@ -174,7 +179,7 @@ def main(argv=None) -> int:
                 report["results"].append({"target": tname, "set": set_name, **row})
                 log(f"{row['strategy']} k={row['k']}: {row['tokens_per_s']} tok/s, "
                     f"acc {row['acceptance_rate']}, x{row['speedup_vs_ar']}, equal {row['equal_to_ar']}")
-        del target, models
+        del target, verifier, models
     md = [f"drafter {args.drafter}, {args.dtype}, {args.threads} threads, greedy, "
           f"{args.max_new_tokens} new tokens per prompt; `{report['command']}`", ""]
     rows = []

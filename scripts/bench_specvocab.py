@@ -50,7 +50,9 @@ def main(argv=None) -> int:
 
     import torch
 
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
     from omnidraft.propose.config import SpecConfig
@@ -103,14 +105,14 @@ def main(argv=None) -> int:
             log(str(row))
 
     models = Models(dtok, drafter, *load(args.target, args.target_dtype))
-    ttok, target = models.ttok, models.target
+    ttok, target = models.ttok, LocalTarget(models.target)  # greedy
     pair = models.pair()
     configs = {"full head": drafter, f"SpecVocab k={args.k_vocab}": CausalLM(specvocab_lm(model, args.k_vocab, ranker))}
     tot = {n: Tally() for n in configs}
     for i, p in enumerate(prompts):
         ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens).token_ids
         for name, lm in configs.items():
-            r = generate_speculative(lm, target, pair, p, cfg=SpecConfig("omnidraft", k=args.k),
+            r = generate_speculative(lm, target, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(args.k),
                                      max_new_tokens=args.max_new_tokens)
             tot[name].add(r.metrics, equal=r.token_ids == ref)
         log(f"prompt {i + 1}/{len(prompts)}")

@@ -34,7 +34,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.train.head_trainer import HeadTrainer
     from omnidraft.prompts import humaneval
     from omnidraft.models.eager import CausalLM
@@ -48,6 +50,7 @@ def main(argv=None) -> int:
     test = problems[len(problems) - args.prompts:]
     models = load_models(args.drafter, args.target, drafter_dtype="fp32", target_dtype=args.dtype)
     ttok, drafter, target = models.ttok, models.drafter, models.target
+    verifier = LocalTarget(target)  # greedy
     pair0 = models.pair()
     report = stamp_report(drafter=args.drafter, target=args.target, target_dtype=args.dtype,
                           k=args.k, gamma=args.gamma, max_k=args.max_k, k_vocab=args.k_vocab,
@@ -80,26 +83,26 @@ def main(argv=None) -> int:
     log(f"ranker: {report['ranker_training']}")
     sv_lm = CausalLM(sv, name=f"{args.drafter}+specvocab")
 
-    fixed = lambda s: SpecConfig(s, k=args.k)  # noqa: E731
-    rows = [("ar", None, None, None),
+    fixed = lambda s: (SpecConfig(s), FixedK(args.k))  # noqa: E731
+    rows = [("ar", None, (None, None), None),
             ("tli", drafter, fixed("tli"), None),
             ("slem", drafter, fixed("slem"), None),
             ("slrs", drafter, fixed("slrs"), None),
             ("dtw", drafter, fixed("dtw"), None),
             ("omnidraft", drafter, fixed("omnidraft"), None),
             (f"omnidraft + adaptive (gamma {args.gamma}, k <= {args.max_k})", drafter,
-             SpecConfig("omnidraft", k=args.max_k, gamma=args.gamma), head),
+             (SpecConfig("omnidraft", gamma=args.gamma), FixedK(args.max_k)), head),
             (f"omnidraft + SpecVocab (k_vocab {args.k_vocab})", sv_lm, fixed("omnidraft"), None)]
     pairs = {name: models.pair() for name, *_ in rows[1:]}
     runs = {name: [] for name, *_ in rows}
     for n, p in enumerate(test):
         pids = encode_prompt(ttok, p, chat=False)
-        for name, lm, cfg, hd in rows:
+        for name, lm, (cfg, k), hd in rows:
             if lm is None:
-                r = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens)
+                r = generate_ar(verifier, ttok, p, max_new_tokens=args.max_new_tokens)
                 runs[name].append({**r.metrics, "token_ids": r.token_ids})
                 continue
-            r = generate_speculative(lm, target, pairs[name], p, cfg=cfg, head=hd,
+            r = generate_speculative(lm, verifier, pairs[name], p, cfg=cfg, k=k, head=hd,
                                      max_new_tokens=args.max_new_tokens)
             runs[name].append({**r.metrics, "token_ids": r.token_ids, "translate_ms": r.raw.translate_ms,
                                "step_ms": r.raw.step_ms})

@@ -72,7 +72,7 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     with session.unlogged():
         for i, (prompt, chat) in enumerate(prompts):
             kind = "chat" if chat else "code"
-            again = same_start(session.target, session.drafter)  # each row finds the same caches
+            again = same_start(session.target_model, session.drafter)  # each row finds the same caches
             for row in rows[i % len(rows):] + rows[: i % len(rows)]:
                 again()
                 if row in baselines:
@@ -220,6 +220,7 @@ def main() -> int:
     from omnidraft import Session
     from omnidraft.jobs.pairing import format_report, pair
     from omnidraft.pairs.cost import cpu_info
+    from omnidraft.pairs.settings import Runtime
     from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.train import daemon
     from omnidraft.train.tuning import history
@@ -236,7 +237,7 @@ def main() -> int:
         stream += [(chat[i], True)] if i < len(chat) else []
     held = [(p, False) for p in held_code] + [(p, True) for p in held_chat]
 
-    session = Session(args.drafter, args.target, k=args.k, target_dtype=args.dtype)
+    session = Session(args.drafter, args.target, k=args.k, runtime=Runtime(dtype=args.dtype))
     cfg = daemon.load_config(args.daemon_config)
     # the user's first step, `omnidraft pair`: a fresh adapter, the cost model's acceptance per position
     paired = pair(args.target, args.drafter, session=session, calibration_s=args.calibration_s)

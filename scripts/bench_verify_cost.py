@@ -173,12 +173,13 @@ def _agreement(name: str, runtimes: dict, prompts: int, new_tokens: int, log) ->
     import torch
 
     from omnidraft.decode.generate import generate_ar
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import local_target
 
     tok = load_tokenizer(name)
-    ref = runtimes.get("transformers fp32") or local_target(name, "eager", dtype="fp32")
+    ref = LocalTarget(runtimes.get("transformers fp32") or local_target(name, "eager", dtype="fp32"))  # greedy
     hits: dict[str, list[int]] = {r: [0, 0] for r in runtimes if r != "transformers fp32"}
     for p, chat in benchsetup.prompt_mix(prompts - prompts // 2, prompts // 2):
         ids = encode_prompt(tok, p, chat=chat)

@@ -104,12 +104,15 @@ def training_records(drafter, target, pair, prompts: list[str], *, drafter_name:
     ``chat``: the prompts go through the target's chat template (``stream`` names the set)."""
     import copy
 
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.train.records import Record
+    from omnidraft.decode.target import LocalTarget
+    from omnidraft.train.records import Record, build_record
     from omnidraft.propose.config import SpecConfig
 
     rdir = records_dir(drafter_name, target_name, target_dtype, k, max_new_tokens, stream)
     seeded = copy.deepcopy(pair.cache)
+    verifier = LocalTarget(target)  # greedy
     records = []
     for i, p in enumerate(prompts):
         path = rdir / f"{i:04d}.record"
@@ -117,8 +120,9 @@ def training_records(drafter, target, pair, prompts: list[str], *, drafter_name:
             records.append(Record.from_bytes(path.read_bytes()))
             continue
         pair.cache = copy.deepcopy(seeded)
-        r = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=k),
-                                 max_new_tokens=max_new_tokens, record_topk=64, chat=chat).record
+        gen = generate_speculative(drafter, verifier, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(k),
+                                   max_new_tokens=max_new_tokens, record_topk=64, chat=chat)
+        r = build_record(pair.vmap, gen.verified)
         records.append(r)
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(r.to_bytes())

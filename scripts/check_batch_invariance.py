@@ -30,7 +30,9 @@ def main() -> int:
     benchsetup.start(args.threads)
     log = benchsetup.logger("batch-invariance")
 
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
@@ -39,6 +41,7 @@ def main() -> int:
     from omnidraft.translate.state import PairState
 
     target = local_target(args.target, "executorch", quant=args.quant)
+    verifier = LocalTarget(target)  # greedy
     drafter = load_drafter(args.drafter, "executorch")
     ttok, dtok = load_tokenizer(args.target), load_tokenizer(args.drafter)
     pair = PairState(dtok, ttok, drafter.vocab_size, target.vocab_size)
@@ -47,7 +50,7 @@ def main() -> int:
     rows = []
     for p, chat in prompts:
         ids = encode_prompt(ttok, p, chat=chat)
-        cont = generate_ar(target, ttok, p, max_new_tokens=max(widths), chat=chat).token_ids
+        cont = generate_ar(verifier, ttok, p, max_new_tokens=max(widths), chat=chat).token_ids
         diffs = {}
         for w in widths:
             target.prefill(ids)
@@ -57,8 +60,8 @@ def main() -> int:
                 target.extend([t])
             alone = target.extend([cont[w - 1]]).logits[-1]  # the same position, one token per call
             diffs[w] = round(float((wide - alone).abs().max()), 6)
-        ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat).token_ids
-        spec = generate_speculative(drafter, target, pair, p, cfg=SpecConfig("omnidraft", k=3),
+        ref = generate_ar(verifier, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat).token_ids
+        spec = generate_speculative(drafter, verifier, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(3),
                                     max_new_tokens=args.max_new_tokens, chat=chat).token_ids
         first = next((i for i, (a, b) in enumerate(zip(ref, spec)) if a != b), None)
         rows.append({"prompt": p[:40], "max_abs_logit_diff": diffs, "greedy_equal": spec == ref,

@@ -150,14 +150,18 @@ def cross(smollm_tok, qwen_tok):
 def recorded_pair(smollm_tok, qwen_tok, prompts: list[str]):
     """(drafter, target, PairState, one training record per prompt): tiny SmolLM2-tokenizer llama
     -> tiny Qwen2.5-tokenizer qwen2, omnidraft k=4, 40 new tokens, top-64 rows recorded."""
+    from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
+    from omnidraft.decode.target import LocalTarget
     from omnidraft.models.eager import CausalLM
     from omnidraft.propose.config import SpecConfig
+    from omnidraft.train.records import build_record
     from omnidraft.translate.state import PairState
 
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=11))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=12))
     pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
-    records = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=40,
-                                    record_topk=64).record for p in prompts]
+    records = [build_record(pair.vmap, generate_speculative(d, LocalTarget(t), pair, p, cfg=SpecConfig("omnidraft"),
+                                                            k=FixedK(4), max_new_tokens=40, record_topk=64).verified)
+               for p in prompts]
     return d, t, pair, records

@@ -1,5 +1,7 @@
-"""The package's import graph has no cycle: every `import` counts, at module level, inside a
-function or under TYPE_CHECKING, because a cycle hidden in a function is still a cycle."""
+"""The package's import graph has no cycle, between modules or between packages, and every import
+between packages points down the floors docs/layout.md draws: every `import` counts, at module
+level, inside a function or under TYPE_CHECKING, because a cycle hidden in a function is still a
+cycle."""
 
 from __future__ import annotations
 
@@ -11,6 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"omnidraft": "omnidraft", "omnidraft.device": "device", "omnidraft.export": "export",
             "omnidraft.adapters": "adapters"}  # pyproject.toml's package-dir
+# The floors, from the ground up (docs/layout.md): a package (or a module directly under omnidraft/)
+# imports only what stands on a lower floor. A new package must be given its floor here.
+FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.quiet"],
+          ["omnidraft.sampling", "omnidraft.prompts", "omnidraft.models", "omnidraft.translate", "omnidraft.adapters"],
+          ["omnidraft.copy_prompts", "omnidraft.propose"],
+          ["omnidraft.decode"],
+          ["omnidraft.export", "omnidraft.serve"],
+          ["omnidraft.device"],
+          ["omnidraft.pairs"],
+          ["omnidraft.train"],
+          ["omnidraft.session"],
+          ["omnidraft.jobs"],
+          ["omnidraft.cli_args"],
+          ["omnidraft.cli", "omnidraft"]]
 
 
 def modules() -> dict[str, Path]:
@@ -84,13 +100,40 @@ def test_no_module_imports_itself_through_others():
     assert not cycles(graph)
 
 
-@pytest.mark.parametrize("lower,higher", [("omnidraft.pairs", "omnidraft.session"),
-                                          ("omnidraft.propose", "omnidraft.decode"),
-                                          ("omnidraft.serve", "omnidraft.pairs"),
-                                          ("omnidraft.models", "omnidraft.device"),
-                                          ("omnidraft.export", "omnidraft.train")])
-def test_a_lower_stage_does_not_import_a_higher_one(lower, higher):
+def package(module: str) -> str:
+    """The package a module belongs to: omnidraft.X for everything in omnidraft/X/ (or the
+    module omnidraft/X.py itself); the package's own __init__ is ``omnidraft``."""
+    return ".".join(module.split(".")[:2])
+
+
+def upward(graph: dict[str, set[str]], floors: list[list[str]]) -> list[str]:
+    """Every import from a package to one on its own floor or higher, as 'a -> b (module -> module)';
+    a package with no floor is reported too."""
+    floor = {p: i for i, ps in enumerate(floors) for p in ps}
+    out = []
+    for a, bs in graph.items():
+        for b in bs:
+            pa, pb = package(a), package(b)
+            if pa == pb:
+                continue
+            if pa not in floor or pb not in floor:
+                out.append(f"{pa if pa not in floor else pb} has no floor in FLOORS")
+            elif floor[pb] >= floor[pa]:
+                out.append(f"{pa} -> {pb} ({a} -> {b})")
+    return sorted(set(out))
+
+
+def test_the_checker_finds_an_import_up_the_floors():
+    graph = {"omnidraft.decode.loop": {"omnidraft.train.records"}, "omnidraft.train.x": {"omnidraft.decode.y"}}
+    floors = [["omnidraft.decode"], ["omnidraft.train"]]
+    assert upward(graph, floors) == ["omnidraft.decode -> omnidraft.train (omnidraft.decode.loop -> omnidraft.train.records)"]
+    assert upward({"omnidraft.new.a": {"omnidraft.decode.b"}}, floors) == ["omnidraft.new has no floor in FLOORS"]
+
+
+def test_packages_import_only_down_the_floors():
     graph = import_graph(modules())
-    up = sorted(f"{a} -> {b}" for a, bs in graph.items() if a.startswith(lower + ".")
-                for b in bs if b == higher or b.startswith(higher + "."))
-    assert not up, up
+    assert not upward(graph, FLOORS)
+    packages = {}
+    for a, bs in graph.items():
+        packages.setdefault(package(a), set()).update(package(b) for b in bs if package(b) != package(a))
+    assert not cycles(packages)

@@ -11,13 +11,19 @@ import time
 import pytest
 import torch
 
+from omnidraft.errors import OmniDraftError
+from omnidraft.sampling import SamplingConfig
+
 from omnidraft.decode.generate import generate_ar
+from omnidraft.decode.target import LocalTarget
 from omnidraft.models.eager import CausalLM
+from omnidraft.pairs.settings import Runtime, TargetRef
 from omnidraft.train.verlog import VerificationLog
 
 from .conftest import save_tiny, tiny, vocab_len
 from .pairs.test_llamacpp import fake_llama_cpp  # noqa: F401 - a fixture
 
+FP32 = Runtime(dtype="fp32")  # the eager target in fp32: greedy equality is exact
 PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n",
            "import os\n", "Dear team,", "for i in range(", "SELECT * FROM", "Once upon", "class Foo:"]
 
@@ -54,8 +60,8 @@ def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwe
     from omnidraft.jobs.pairing import fresh_adapter
 
     drafter, target = models
-    s = Session(drafter, target, target_dtype="fp32")
-    t = CausalLM(s.target.model)
+    s = Session(drafter, target, runtime=FP32)
+    t = LocalTarget(CausalLM(s.target.model.model))
     ref = generate_ar(t, qwen_tok, PROMPTS[0], max_new_tokens=24)
     pieces = list(s.stream(PROMPTS[0], max_new_tokens=24))
     assert "".join(pieces) == ref.text and s.last.token_ids == ref.token_ids
@@ -84,43 +90,102 @@ def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwe
     s.close()
 
 
-def test_interleaved_session_streams_are_each_the_targets(home, models, qwen_tok):
-    """Two stream() generators of one Session, advanced in turn (and a sampling Session whose
-    default verify mode is lossless): each greedy output is the target's own."""
+def _refs(model_dir: str, tok, prompts: list[str], n: int) -> list[list[int]]:
+    """The target's own greedy output of each prompt (its own model, loaded apart)."""
+    from omnidraft.models.loading import load_model
+
+    t = LocalTarget(load_model(model_dir, dtype="fp32"))
+    return [generate_ar(t, tok, p, max_new_tokens=n).token_ids for p in prompts]
+
+
+def test_a_session_serves_an_apps_worker_threads_in_turn(home, models, qwen_tok):
+    """Made on the main thread, used from a worker (what an app with a UI does) and from two
+    threads at once: every generation is the target's own greedy output, returns its own Result,
+    and lands in the log; nothing is raised at the end of a stream."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from omnidraft import Session
-    from omnidraft.sampling import SamplingConfig
 
     drafter, target = models
-    s = Session(drafter, target, target_dtype="fp32", log=False)
-    t = CausalLM(s.target.model)
-    refs = [generate_ar(t, qwen_tok, p, max_new_tokens=20).text for p in PROMPTS[:2]]
-    gens = [s.stream(p, max_new_tokens=20) for p in PROMPTS[:2]]
-    texts = ["", ""]
-    live = [True, True]
-    while any(live):
-        for i, g in enumerate(gens):
-            if live[i]:
-                try:
-                    texts[i] += next(g)
-                except StopIteration:
-                    live[i] = False
-    assert texts == refs
-    sampled = Session(drafter, target, target_dtype="fp32", log=False,
-                      sampling=SamplingConfig(temperature=0.7, seed=1))
+    refs = _refs(target, qwen_tok, PROMPTS[:4], 20)
+    s = Session(drafter, target, runtime=FP32, k=3)
+    with ThreadPoolExecutor(1) as one:
+        first = one.submit(s.generate, PROMPTS[0], max_new_tokens=20).result()
+    assert first.token_ids == refs[0] and s.log.count(s.spec.name) == 1
+
+    def streamed(prompt: str) -> str:
+        return "".join(s.stream(prompt, max_new_tokens=20))
+
+    with ThreadPoolExecutor(3) as pool:  # six calls from three threads at once: each waits its turn
+        texts = [pool.submit(streamed, p) for p in PROMPTS[1:4]]
+        results = [pool.submit(s.generate, p, max_new_tokens=20) for p in PROMPTS[1:4]]
+        texts, results = [f.result() for f in texts], [f.result() for f in results]
+    assert [r.token_ids for r in results] == refs[1:4]  # each call's own Result, not the session's last
+    assert texts == [qwen_tok.decode(r, skip_special_tokens=True) for r in refs[1:4]]
+    assert s.log.count(s.spec.name) == 7
+    s.close()
+
+
+def test_a_second_stream_on_the_same_thread_is_refused_and_a_closed_stream_leaves_the_next_exact(
+        home, models, qwen_tok, monkeypatch):
+    """Two open streams on one thread cannot take turns (the second would wait on the first
+    forever): a clear error. A stream closed after its first piece leaves the caches consistent:
+    the next generation is the target's own, with models that keep one cache across generations
+    (as programs do: no fork)."""
+    from omnidraft import Session
+    from omnidraft.errors import OmniDraftError
+
+    monkeypatch.setattr(CausalLM, "fork", None)  # one cache per model, as an ExecuTorch program has
+    drafter, target = models
+    refs = _refs(target, qwen_tok, PROMPTS[:2], 20)
+    s = Session(drafter, target, runtime=FP32, k=4, log=False)
+    first = s.stream(PROMPTS[0], max_new_tokens=20)
+    next(first)
+    with pytest.raises(OmniDraftError, match="earlier generation on this Session is still open"):
+        next(s.stream(PROMPTS[1], max_new_tokens=20))
+    first.close()  # early: the next generation finds the caches mid-answer
+    assert s.generate(PROMPTS[1], max_new_tokens=20).token_ids == refs[1]
+    assert s.generate(PROMPTS[0], max_new_tokens=20).token_ids == refs[0]
+    sampled = Session(drafter, target, runtime=FP32, log=False, sampling=SamplingConfig(temperature=0.7, seed=1))
     assert sampled.verify == "point-mass" and sampled.lossless
     assert sampled.generate(PROMPTS[0], max_new_tokens=8).lossless
     s.close()
     sampled.close()
 
 
+def test_k0_is_the_target_alone_on_every_entry_point(home, models, qwen_tok, capsys):
+    """k=0, no drafter, or the `ar` strategy: the target decodes alone, no drafter is loaded and
+    nothing is logged; the CLI's -k 0 likewise."""
+    import json
+
+    from omnidraft import Session, cli
+    from omnidraft.propose.config import SpecConfig
+
+    drafter, target = models
+    ref = _refs(target, qwen_tok, PROMPTS[:1], 16)[0]
+    for s in (Session(drafter, target, runtime=FP32, k=0), Session(None, target, runtime=FP32),
+              Session(drafter, target, runtime=FP32, spec=SpecConfig("ar"))):
+        r = s.generate(PROMPTS[0], max_new_tokens=16)
+        assert s.alone and s.drafter is None and s.log is None
+        assert r.token_ids == ref and r.metrics["strategy"] == "ar" and r.metrics["drafter_forwards"] == 0
+        assert r.metrics["target_forwards"] == len(ref)
+        s.close()
+    assert cli.main(["generate", "--drafter", drafter, "--target", target, "--prompt", PROMPTS[0], "-k", "0",
+                     "--max-new-tokens", "16", "--dtype", "fp32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["token_ids"] == ref and out["metrics"]["strategy"] == "ar" and not out["logged"]
+    with pytest.raises(OmniDraftError, match="draft length k must be an integer in 0..8"):
+        Session(drafter, target, runtime=FP32, k=9)
+
+
 def test_pairing_and_the_demo_run_each_prompt_as_a_conversation_of_its_own(home, models):
     """The same prompt asked again by the pairing job (and the demo's second phase) is a new
     conversation: it does not copy the earlier answer, which would pass for a faster pair."""
     from omnidraft import Session
-    from omnidraft.jobs.pairing import measure
+    from omnidraft.jobs.compare import measure
 
     drafter, target = models
-    s = Session(drafter, target, target_dtype="fp32", log=False, k=4)
+    s = Session(drafter, target, runtime=FP32, log=False, k=4)
     first = s.generate(PROMPTS[0], max_new_tokens=24)
     measure(s, [PROMPTS[0]], max_new_tokens=24, ar=False, say=lambda *a, **k: None)
     copied = s.last.metrics["rounds_by_kind"].get("lookup", {"accepted": 0})["accepted"]
@@ -134,7 +199,7 @@ def test_a_later_turn_copies_from_an_earlier_one(home, models):
     from omnidraft import Session
 
     drafter, target = models
-    s = Session(drafter, target, target_dtype="fp32", log=False, k=4)
+    s = Session(drafter, target, runtime=FP32, log=False, k=4)
     first = s.generate(PROMPTS[0], max_new_tokens=24)
     again = s.generate(PROMPTS[0], max_new_tokens=24)
     copied = again.metrics["rounds_by_kind"]["lookup"]["accepted"]
@@ -143,7 +208,7 @@ def test_a_later_turn_copies_from_an_earlier_one(home, models):
     fresh = s.generate(PROMPTS[0], max_new_tokens=24)
     assert fresh.token_ids == first.token_ids
     assert fresh.metrics["rounds_by_kind"].get("lookup", {"accepted": 0})["accepted"] < copied
-    off = Session(drafter, target, target_dtype="fp32", log=False, k=4, lookup=False)
+    off = Session(drafter, target, runtime=FP32, log=False, k=4, lookup=False)
     off.generate(PROMPTS[0], max_new_tokens=8)
     assert "lookup" not in off.generate(PROMPTS[0], max_new_tokens=8).metrics["rounds_by_kind"]
     s.close()
@@ -157,7 +222,7 @@ def self_pair(home, models, tmp_path):
     from omnidraft import Session
 
     drafter, _ = models
-    s = Session(drafter, drafter, target_dtype="fp32")
+    s = Session(drafter, drafter, runtime=FP32)
     for p in PROMPTS * 3:
         s.generate(p, max_new_tokens=16)
     return s
@@ -291,8 +356,8 @@ def test_session_with_a_remote_target_streams_and_logs(home, models, qwen_tok):
     model = load_model(target).model
     srv = Server(model)
     try:
-        s = Session(drafter, srv.url, token=TOKEN, target_tokenizer=target)
-        ref = generate_ar(CausalLM(model), qwen_tok, PROMPTS[3], max_new_tokens=20)
+        s = Session(drafter, TargetRef(srv.url, token=TOKEN, tokenizer=target))
+        ref = generate_ar(LocalTarget(CausalLM(model)), qwen_tok, PROMPTS[3], max_new_tokens=20)
         assert "".join(s.stream(PROMPTS[3], max_new_tokens=20)) == ref.text
         assert s.last.token_ids == ref.token_ids
         rows = s.log.read(s.spec.name)
@@ -311,16 +376,16 @@ def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models,
     from omnidraft.pairs import cost
 
     drafter, target = models
-    s = Session(drafter, target, target_dtype="fp32", log=False)
+    s = Session(drafter, target, runtime=FP32, log=False)
     assert isinstance(s.draft_length, CostModelK) and set(s.draft_length.model.verify_ms) == set(cost.WIDTHS)
     s.generate(PROMPTS[0], max_new_tokens=12)  # no acceptance known yet: this generation probes
     assert s.draft_length.reached
     saved = json.loads(s.cost_path.read_text())
     assert saved["on"]["target_runtime"] == "transformers fp32" and saved["reached"] == s.draft_length.reached
     monkeypatch.setattr(cost, "measure", lambda *a, **k: pytest.fail("measured again"))
-    again = Session(drafter, target, target_dtype="fp32", log=False)
+    again = Session(drafter, target, runtime=FP32, log=False)
     assert again.draft_length.reached == s.draft_length.reached
-    assert isinstance(Session(drafter, target, target_dtype="fp32", log=False, k=3).draft_length, FixedK)
+    assert isinstance(Session(drafter, target, runtime=FP32, log=False, k=3).draft_length, FixedK)
     s.close()
     again.close()
 
@@ -328,26 +393,31 @@ def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models,
 def test_a_session_hands_generations_to_llama_cpp_while_it_is_measured_faster(home, models, monkeypatch,
                                                                                  fake_llama_cpp):
     """engine="llamacpp": the pair runs until measured; then each generation goes to whichever of
-    the pair and llama.cpp alone is faster (llama.cpp's text is its own greedy output); sampling or
-    an unknown engine are refused in one line."""
+    the pair and llama.cpp alone is faster. A handed-over Result says what produced its text (not
+    the target program: not lossless with respect to it), carries llama.cpp's own ids (its stop
+    token too) and joins the conversation; llama.cpp's context is the target's, and a generation
+    it cannot hold is the pair's. Sampling or an unknown engine are refused in one line."""
     from omnidraft import Session
-    from omnidraft.errors import OmniDraftError
     from omnidraft.pairs import llamacpp
-    from omnidraft.sampling import SamplingConfig
 
     monkeypatch.setattr(llamacpp, "gguf_of", lambda ref, progress: home / "target.gguf")
-    s = Session(*models, target_dtype="fp32", log=False, engine="llamacpp")
+    s = Session(*models, runtime=FP32, log=False, engine="llamacpp")
     assert s.engine.gguf == home / "target.gguf" and s.engine_choice is not None
-    assert "engine_alone" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics  # not measured yet: the pair
+    assert fake_llama_cpp.made[0].kw["n_ctx"] == s.target.max_length
+    assert "engine" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics  # not measured yet: the pair
     s.engine_choice.measured(pair_tokens_per_s=1.0, engine_tokens_per_s=100.0)
+    fake_llama_cpp.script = [5, 6, 99, 7]  # 99: llama.cpp's EOS here
     alone = s.generate(PROMPTS[0], max_new_tokens=8)
-    assert alone.metrics["engine_alone"] and alone.text == s.target_tok.decode(fake_llama_cpp.script)
-    assert fake_llama_cpp.made[0].prompts == [s.target_tok(PROMPTS[0]).input_ids]
+    assert alone.metrics["engine"] == {"name": "llama.cpp", "file": str(home / "target.gguf")}
+    assert alone.token_ids == [5, 6, 99] and not alone.lossless
+    assert s.turns[-3:] == [5, 6, 99] and fake_llama_cpp.made[0].prompts == [s.target_tok(PROMPTS[0]).input_ids]
+    s.engine.n_ctx = len(s.target_tok(PROMPTS[1]).input_ids) + 4  # too small for 8 new tokens: the pair serves
+    assert "engine" not in s.generate(PROMPTS[1], max_new_tokens=8).metrics
     s.engine_choice.measured(pair_tokens_per_s=100.0, engine_tokens_per_s=1.0)
-    assert "engine_alone" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics
+    assert "engine" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics
     s.close()
-    assert Session(*models, target_dtype="fp32", log=False, engine="llamacpp", k=3).engine_choice is None
+    assert Session(*models, runtime=FP32, log=False, engine="llamacpp", k=3).engine_choice is None
     with pytest.raises(OmniDraftError, match="greedily only"):
-        Session(*models, target_dtype="fp32", log=False, engine="llamacpp", sampling=SamplingConfig(temperature=0.7))
+        Session(*models, runtime=FP32, log=False, engine="llamacpp", sampling=SamplingConfig(temperature=0.7))
     with pytest.raises(OmniDraftError, match="unknown engine 'vllm'"):
-        Session(*models, target_dtype="fp32", log=False, engine="vllm")
+        Session(*models, runtime=FP32, log=False, engine="vllm")

@@ -28,6 +28,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Protocol
 
+from omnidraft.errors import OmniDraftError
+
+K_MAX = 8  # the longest draft: what a fixed k may ask and what the cost model chooses among
+REMOTE_K = 4  # a remote target's draft length (its verify cost is the server's and the network's: #21)
+
 
 class DraftLength(Protocol):
     def start(self) -> None:
@@ -61,6 +66,11 @@ class FixedK:
 
     k: int
 
+    def __post_init__(self):
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 <= self.k <= K_MAX:
+            raise OmniDraftError(f"draft length k must be an integer in 0..{K_MAX}, got {self.k!r}",
+                                 "0 runs the target alone; leave k unset for the cost model's choice")
+
     def start(self) -> None:
         pass
 
@@ -89,9 +99,9 @@ class CostModelK:
     counts from pairing (empty: nothing known yet, so the first generation probes)."""
 
     def __init__(self, model, reached: list[float] | None = None, accepted: list[float] | None = None, *,
-                 k_max: int = 8, memory: int = 256, probe_every: int = 32, probe_rounds: int = 6):
-        if not 1 <= k_max <= 32:
-            raise ValueError(f"k_max must be in 1..32, got {k_max}")
+                 k_max: int = K_MAX, memory: int = 256, probe_every: int = 32, probe_rounds: int = 6):
+        if not 1 <= k_max <= K_MAX:
+            raise ValueError(f"k_max must be in 1..{K_MAX}, got {k_max}")
         self.model = model
         self.k_max = k_max
         self.memory = memory

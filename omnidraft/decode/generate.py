@@ -15,21 +15,34 @@ from typing import Callable, Generator, Iterator
 import torch
 
 from omnidraft.decode.autoregressive import decode_ar
-from omnidraft.decode.draft_length import DraftLength, FixedK
+from omnidraft.decode.draft_length import DraftLength
 from omnidraft.decode.loop import Round, decode
 from omnidraft.decode.metrics import Metrics
-from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
+from omnidraft.decode.modes import is_lossless
 from omnidraft.decode.ownership import own
-from omnidraft.sampling import SamplingConfig
-from omnidraft.decode.target import LocalTarget
-from omnidraft.decode.text import Detokenizer, drained, encode_prompt, model_eos_ids, stop_ids
+from omnidraft.decode.target import Target
+from omnidraft.decode.text import Detokenizer, drained, encode_prompt, stop_ids
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.lookup import ContextIndex, LookupConfig
 from omnidraft.propose.registry import get
-from omnidraft.train.records import build_record
 from omnidraft.translate.reverse import DraftContext
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What one generation's verifications teach the drafter, as decoding saw it (train/records.py
+    turns it into a training record): the drafter's ids of the prompt and of the generated text
+    (its complete-UTF-8 prefix; ``tail``: the bytes it held back), the target's new ids, and the
+    target's top-k ids and probabilities at each of them."""
+
+    draft_prompt: list[int]
+    draft_gen: list[int]
+    tail: bytes
+    target_gen: list[int]
+    top_ids: torch.Tensor  # [len(target_gen), K]
+    top_probs: torch.Tensor  # [len(target_gen), K]
 
 
 @dataclass
@@ -38,7 +51,7 @@ class Result:
     token_ids: list[int]  # the target's new tokens
     metrics: dict = field(default_factory=dict)  # Metrics.summary() + verify mode and lossless
     raw: Metrics | None = None  # the counters and per-step timings behind the summary
-    record: object | None = None  # records.Record for the trainer, when asked for
+    verified: Verified | None = None  # for a training record, when asked for (record_topk > 0)
 
     @property
     def lossless(self) -> bool:
@@ -67,90 +80,74 @@ def stream(token_chunks: Iterator[list[int]], detok: Detokenizer, sink: list[int
             yield piece
 
 
-def generate_ar(target: LM, tok, prompt: str, *, max_new_tokens: int = 128,
-                sampling: SamplingConfig = SamplingConfig(), chat: bool = False,
-                on_text: Callable[[str], None] | None = None) -> Result:
-    """Plain autoregressive generation with the target alone (strategy `ar`)."""
-    prompt_ids = encode_prompt(tok, prompt, chat=chat)
+def stream_ar(target: Target, tok, prompt_ids: list[int], *, max_new_tokens: int) -> Generator[str, None, Result]:
+    """The target decoding alone (strategy `ar`) as a generator of text pieces; returns the Result."""
     budget = check_budget(prompt_ids, max_new_tokens, target)
     metrics = Metrics("ar")
     ids: list[int] = []
-    with own(target, "target model") as lm:
-        chunks = decode_ar(lm, prompt_ids, max_new_tokens=budget, sampling=sampling,
-                           stop=stop_ids(tok, model_eos_ids(lm)),
-                           metrics=metrics)
-        for piece in stream(chunks, Detokenizer(tok, prompt_ids), ids):
-            if on_text:
-                on_text(piece)
+    with own(target, "target") as tgt:
+        chunks = decode_ar(tgt, prompt_ids, max_new_tokens=budget, stop=stop_ids(tok, tgt.eos_ids), metrics=metrics)
+        yield from stream(chunks, Detokenizer(tok, prompt_ids), ids)
     text = tok.decode(ids, skip_special_tokens=True)
     summary = {**metrics.summary(), "verify": None, "lossless": True}
     return Result(text=text, token_ids=ids, metrics=summary, raw=metrics)
 
 
-def generate_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,
-                         max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
-                         verify_mode: str | None = None, chat: bool = False,
-                         on_text: Callable[[str], None] | None = None, record_topk: int = 0,
-                         head=None, draft_length: DraftLength | None = None,
-                         on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
-                         earlier: list[int] | None = None) -> Result:
-    """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar).
+def generate_ar(target: Target, tok, prompt: str, *, max_new_tokens: int = 128, chat: bool = False,
+                on_text: Callable[[str], None] | None = None) -> Result:
+    """Plain autoregressive generation with the target alone (strategy `ar`), sampled with the
+    target's settings: the reference every speculative run is compared with."""
+    return drained(stream_ar(target, tok, encode_prompt(tok, prompt, chat=chat), max_new_tokens=max_new_tokens),
+                   on_text)
 
-    ``target``: a model (any LM: verified in-process by a LocalTarget) or any Target (e.g.
-    serve.remote.RemoteTarget, set up with its own sampling and mode). ``record_topk`` > 0 also
-    builds the training record. ``verify_mode`` (sampling only): rejection | point-mass;
-    default: the strategy's lossless mode (modes.py). A RemoteTarget carries its own mode.
-    ``head``: the pair's AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting).
-    ``draft_length``: how many tokens each round drafts (default ``cfg.k`` every round; a
-    ``CostModelK`` chooses it by the cost model, 0 when the target alone is faster).
-    ``on_round``: called with every round as it commits (e.g. decode/rejections.py).
-    ``lookup``: also propose ids copied from the context (propose/lookup.py) where the draft
-    length's cost model prefers them; ``earlier``: target ids of earlier turns to copy from too.
-    """
+
+def generate_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: SpecConfig, k: DraftLength,
+                         max_new_tokens: int = 128, chat: bool = False,
+                         on_text: Callable[[str], None] | None = None, record_topk: int = 0,
+                         head=None, on_round: Callable[[Round], None] | None = None,
+                         lookup: LookupConfig | None = None, earlier: list[int] | None = None) -> Result:
+    """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar); see
+    stream_speculative. ``on_text`` sees each text piece."""
     if not get(cfg.strategy).speculative:
-        if hasattr(target, "verify"):
-            raise OmniDraftError(f"strategy {cfg.strategy!r} runs the target in-process",
-                                 "pass a local target model")
-        return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens,
-                           sampling=sampling, chat=chat, on_text=on_text)
-    pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, max_new_tokens=max_new_tokens,
-                                sampling=sampling, verify_mode=verify_mode, chat=chat,
-                                record_topk=record_topk, head=head, draft_length=draft_length,
-                                on_round=on_round, lookup=lookup, earlier=earlier)
+        return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens, chat=chat, on_text=on_text)
+    pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, k=k, max_new_tokens=max_new_tokens,
+                                chat=chat, record_topk=record_topk, head=head, on_round=on_round, lookup=lookup,
+                                earlier=earlier)
     return drained(pieces, on_text)
 
 
-def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfig,
-                       max_new_tokens: int = 128, sampling: SamplingConfig = SamplingConfig(),
-                       verify_mode: str | None = None, chat: bool = False, record_topk: int = 0,
-                       head=None, draft_length: DraftLength | None = None,
-                       on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
+def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: SpecConfig, k: DraftLength,
+                       max_new_tokens: int = 128, chat: bool = False, record_topk: int = 0,
+                       head=None, on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
                        earlier: list[int] | None = None) -> Generator[str, None, Result]:
-    """generate_speculative as a generator: yields text pieces as rounds commit tokens and
+    """Speculative generation as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``).
 
-    Each call runs on its own state: in-process models are forked (own KV cache, shared
-    weights); a drafter program or a target session in use by another generation is an error."""
-    check_verify_mode(verify_mode)
-    local = not hasattr(target, "verify")  # a model (LM) to verify in-process, else a Target
-    if local:
-        verify_mode = verify_mode or default_verify_mode(cfg.strategy)
-    else:  # a Target object (remote, fallback) was built with its mode
-        verify_mode = (getattr(target, "mode", None) or verify_mode
-                       or default_verify_mode(cfg.strategy, remote=True))
-    lossless = is_lossless(cfg.strategy, verify_mode, sampling)
+    ``target``: any Target (decode/target.py: a LocalTarget over an in-process model, a remote
+    one); the drafter samples with the target's sampling settings and the target verifies in its
+    own mode (decode/modes.py says whether that is lossless). ``k``: how many tokens each round
+    drafts (``FixedK``, or a ``CostModelK`` choosing by the cost model, 0 when the target alone is
+    faster). ``record_topk`` > 0 also builds the training record. ``head``: the pair's
+    AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting). ``on_round``: called
+    with every round as it commits (e.g. decode/rejections.py). ``lookup``: also propose ids
+    copied from the context (propose/lookup.py) where ``k``'s cost model prefers them;
+    ``earlier``: target ids of earlier turns to copy from too.
+
+    Each call runs on its own state: in-process models that can fork are forked (own KV cache,
+    shared weights); a drafter program or a target in use by another generation is an error."""
+    sampling, mode = target.sampling, target.mode
+    lossless = is_lossless(cfg.strategy, mode, sampling)
     target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
     draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
     metrics = Metrics(cfg.strategy)
     ids: list[int] = []
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
-    with own(drafter, "drafter") as dlm, own(target, "target") as tgt:
-        verifier = LocalTarget(tgt, sampling, verify_mode, record_topk) if local else tgt
+    with own(drafter, "drafter") as dlm, own(target, "target") as verifier:
         budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
         proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
-        rounds = decode(proposer, verifier, ctx, target_ids, k=draft_length or FixedK(cfg.k),
-                        max_new_tokens=budget, stop=stop_ids(pair.target_tok, verifier.eos_ids),
+        rounds = decode(proposer, verifier, ctx, target_ids, k=k, max_new_tokens=budget,
+                        stop=stop_ids(pair.target_tok, verifier.eos_ids), record_topk=record_topk,
                         lookup=None if lookup is None else ContextIndex(lookup, earlier))
 
         def committed() -> Iterator[list[int]]:  # each round folded into metrics and record rows
@@ -164,9 +161,9 @@ def stream_speculative(drafter: LM, target, pair, prompt: str, *, cfg: SpecConfi
 
         yield from stream(committed(), Detokenizer(pair.target_tok, target_ids), ids)
     text = pair.target_tok.decode(ids, skip_special_tokens=True)
-    record = None
+    verified = None
     if rows:
-        record = build_record(pair.vmap, draft_ids, ctx.gen_ids, ctx.tail, ids,
-                              torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows]))
-    summary = {**metrics.summary(), "verify": None if sampling.greedy else verify_mode, "lossless": lossless}
-    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, record=record)
+        verified = Verified(draft_ids, ctx.gen_ids, ctx.tail, ids, torch.cat([r[0] for r in rows]),
+                            torch.cat([r[1] for r in rows]))
+    summary = {**metrics.summary(), "verify": None if sampling.greedy else mode, "lossless": lossless}
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, verified=verified)

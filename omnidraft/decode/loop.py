@@ -44,7 +44,8 @@ class Round:
 
 
 def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: list[int], *,
-           k: DraftLength, max_new_tokens: int, stop: set[int], lookup: ContextIndex | None = None) -> Iterator[Round]:
+           k: DraftLength, max_new_tokens: int, stop: set[int], lookup: ContextIndex | None = None,
+           record_topk: int = 0) -> Iterator[Round]:
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
 
     ``k`` says how many drafter tokens each round drafts (decode/draft_length.py), told what the
@@ -54,7 +55,8 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     ``lookup``: the context's index (prompt and committed ids are synced into it each round);
     where its suffix occurred before, ``k.lookup_span`` may take the copied continuation as the
     round's proposal, a point mass (exact under either verify rule). Such a round is, for the
-    drafter, a round without a draft.
+    drafter, a round without a draft. ``record_topk`` > 0: each Round carries the target's
+    top-k rows at its committed positions (``Target.start``).
 
     ``max_new_tokens`` counts target tokens and must fit the target's context window after the
     prompt (generate.check_budget). Each round drafts at most what can still be committed and
@@ -63,7 +65,7 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     """
     t0 = time.perf_counter()
     k.start()
-    target.start(prompt_ids)
+    target.start(prompt_ids, record_topk)
     prefill_s = time.perf_counter() - t0
     state = DraftState(ctx, list(prompt_ids), needs_q=target.needs_q, target_vocab=target.vocab_size)
     behind: list[int] = []  # committed by rounds without a draft and not yet translated back

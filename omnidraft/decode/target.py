@@ -32,9 +32,11 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
 
 class Target(Protocol):
     """The verifying side as the decode loop sees it: in-process (LocalTarget), remote
-    (serve/remote.py) or a remote one with a local fallback."""
+    (serve/remote.py, serve/openai_api.py) or a remote one with a local fallback. It carries the
+    sampling it verifies with, so the drafter samples with the same settings."""
 
     mode: str  # verification when sampling: "rejection" | "point-mass" (decode/modes.py)
+    sampling: SamplingConfig
 
     @property
     def vocab_size(self) -> int: ...
@@ -55,30 +57,41 @@ class Target(Protocol):
         """The top-k (ids, probs) [n+1, k] of the last verify at the committed positions, when
         recording (None otherwise)."""
 
-    def start(self, prompt_ids: list[int]) -> None:
-        """Begin a generation after ``prompt_ids`` (the target's cache holds all but the last)."""
+    def start(self, prompt_ids: list[int], record_topk: int = 0) -> None:
+        """Begin a generation after ``prompt_ids`` (the target's cache holds all but the last).
+        ``record_topk`` > 0: each verify of this generation records ``last_rows`` (the top-k a
+        training record needs)."""
 
     def verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
-        """One forward over the pending token and ``proposal``; see decode/verify.py."""
+        """One forward over the pending token and ``proposal``; see decode/verify.py. An empty
+        proposal is one plain decoding step (the target alone)."""
 
 
 class LocalTarget:
-    """In-process target. ``q``: [m, V] proposal distributions (rejection mode), else None."""
+    """In-process target: ``model`` (any runtime of the LM protocol) verified with ``sampling``
+    in ``mode``. ``q``: [m, V] proposal distributions (rejection mode), else None."""
 
-    def __init__(self, model: LM, sampling: SamplingConfig, mode: str = "point-mass",
-                 record_topk: int = 0, stream: str = "verify"):
-        """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
-        probabilities ([n+1, k] each) at the committed positions, for training records.
-        ``stream``: the name of this verifier's random stream (sampling.py)."""
+    def __init__(self, model: LM, sampling: SamplingConfig = SamplingConfig(), mode: str = "point-mass",
+                 stream: str = "verify"):
+        """``stream``: the name of this verifier's random stream (sampling.py), drawn afresh at
+        each ``start`` so a seeded generation is reproducible on its own."""
         check_verify_mode(mode)
         self.model = model
         self.sampling = sampling
         self.mode = mode
-        self.gen = sampling.generator(stream)
+        self.stream = stream
+        self.gen: torch.Generator | None = None  # drawn at start
         self.pending: int | None = None
         self.ahead: torch.Tensor | None = None  # [1, V] the pending token's logits when it is cached
-        self.record_topk = record_topk
+        self.record_topk = 0
         self.last_rows: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def fork(self) -> "LocalTarget | None":
+        """This target over its model's own fork (an eager model: a fresh cache over the same
+        weights), for a generation of its own; None when the model cannot fork (a program holds
+        one cache: decode/ownership.py then holds this target for one generation at a time)."""
+        fork = getattr(self.model, "fork", None)
+        return LocalTarget(fork(), self.sampling, self.mode, self.stream) if callable(fork) else None
 
     @property
     def vocab_size(self) -> int:
@@ -96,7 +109,11 @@ class LocalTarget:
     def eos_ids(self) -> set[int]:
         return model_eos_ids(self.model)
 
-    def start(self, prompt_ids: list[int]) -> None:
+    def start(self, prompt_ids: list[int], record_topk: int = 0) -> None:
+        """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
+        probabilities ([n+1, k] each) at the committed positions, for training records."""
+        self.gen = self.sampling.generator(self.stream)
+        self.record_topk, self.last_rows = record_topk, None
         self.ahead = self.model.sync(prompt_ids).logits[-1:]  # the cached prefix kept
         self.pending = prompt_ids[-1]
 

@@ -1,12 +1,15 @@
 """`omnidraft demo` as a library function: the product on this machine, honestly. Build the
 ExecuTorch programs of SmolLM2-135M (drafter) and Qwen2.5-Coder-0.5B (target) when missing,
-pair them (cost model + calibration), then on prompts the pairing did not see stream the pair's
-output and run the target alone on the same prompts, side by side (and on llama.cpp, when
-llama-cpp-python is installed); run one training round on what was logged and measure again on
-those held-out prompts (never logged, so never trained on).
+pair them (cost model + calibration), then on prompts the pairing did not see run the pair and
+the target alone side by side, interleaved per prompt (and llama.cpp alone, when
+llama-cpp-python is installed), on two kinds of work: assistant work whose answer repeats its
+context (code edits, quoted answers, rewrites: the copies from the context pay there) and plain
+code and chat prompts (where, on most CPUs, the cost model holds the 0.5B's drafter back). Then
+one training round on what was logged, and the plain prompts again (never logged, so never
+trained on).
 
-Knows the Session, the pairing job (pairing.py, with its llama.cpp row), the program builder and
-the tuning round; printing is the caller's (``say``).
+Knows the Session, the comparison (compare.py), the pairing job, the program builder and the
+tuning round; printing is the caller's (``say``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import sys
 import time
 from typing import Callable
 
-from omnidraft.jobs.pairing import baseline, format_report, measure, pair
+from omnidraft.jobs.compare import measure
+from omnidraft.jobs.pairing import baseline, format_report, pair
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
@@ -31,12 +35,19 @@ def held_out_prompts(n: int) -> list[str]:
     return [p for pair in zip(code, chat) for p in pair][:n]
 
 
+def copy_work(n: int) -> list[str]:
+    """``n`` single-turn requests whose answers repeat their context: a code edit, a quote, a
+    rewrite, in turn (omnidraft/copy_prompts.py; its follow-ups need an earlier turn, left out)."""
+    from omnidraft.copy_prompts import copy_prompts
+
+    convs = copy_prompts()
+    edits, quotes, rewrites = convs[:8], convs[8:14], convs[14:20]
+    return [c[0] for trio in zip(edits, quotes, rewrites) for c in trio][:n]
+
+
 def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 60.0,
          say: Callable[..., None] | None = None, llamacpp: bool = True) -> dict:
     """The README's main job (see the module docstring); returns what it printed, as numbers."""
-    from omnidraft.decode.generate import generate_ar
-    from omnidraft.decode.text import encode_prompt
-    from omnidraft.models.lm import same_start
     from omnidraft.models.loading import load_model
     from omnidraft.pairs import programs
     from omnidraft.pairs.cost import cpu_info
@@ -45,6 +56,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
 
     say = say or (lambda *a, **k: print(*a, flush=True, **k))
     err = lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k)  # noqa: E731 - progress lines
+    show = lambda text: say(text, end="")  # noqa: E731 - streamed text and rows
     t0 = time.perf_counter()
     cpu = cpu_info()
     bf16 = "with" if cpu["native_bf16"] else "without"
@@ -57,46 +69,20 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     report["programs_built"] = built
     say(format_report(report))
     llama = baseline(session, say) if llamacpp else None
+    rows = "the pair beside the target alone" + (" and llama.cpp alone" if llama else "")
 
-    shown = held_out_prompts(prompts)
-    rows = "the pair, the target alone" + (" and the target alone on llama.cpp" if llama else "")
-    say(f"\n{rows} on {len(shown)} prompts it has not seen ({max_new_tokens} new tokens):")
-    tot = {"pair_tokens": 0, "pair_wall": 0.0, "alone_tokens": 0, "alone_wall": 0.0, "forwards": 0,
-           "proposed": 0, "accepted": 0, "llamacpp_tokens": 0, "llamacpp_wall": 0.0}
+    work, shown = copy_work(prompts), held_out_prompts(prompts)
     with session.unlogged():  # held out: never trained on
-        for n, p in enumerate(shown):
-            say(f"\n>>> {p.strip()[:70]}")
-            again = same_start(session.target, session.drafter)  # neither finds the prompt the other left
-            if n % 2:  # which runs first alternates: neither side always gets a warmed-up machine
-                a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
-            session.new_conversation()  # each prompt its own: no copying from another phase's answer
-            again()
-            for text in session.stream(p, max_new_tokens=max_new_tokens):
-                say(text, end="")
-            m = session.last.metrics
-            if not n % 2:
-                again()
-                a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
-            drafted = m.get("rounds_by_kind", {}).get("drafter", {"proposed": 0, "accepted": 0})
-            for key, src, mm in (("pair_tokens", "new_tokens", m), ("pair_wall", "wall_s", m),
-                                 ("alone_tokens", "new_tokens", a), ("alone_wall", "wall_s", a),
-                                 ("forwards", "target_forwards", m), ("proposed", "proposed", drafted),
-                                 ("accepted", "accepted", drafted)):
-                tot[key] += mm[src]
-            row = ""
-            if llama is not None:
-                n_llama, s_llama = llama(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
-                tot["llamacpp_tokens"] += n_llama
-                tot["llamacpp_wall"] += s_llama
-                row = f" | llama.cpp alone {n_llama / max(s_llama, 1e-9):.1f} tokens/s"
-            say(f"\n[pair {m['tokens_per_s']:.1f} tokens/s ({m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
-                f"tokens per target forward) | target alone {a['tokens_per_s']:.1f} tokens/s{row}]")
-    before = _totals(tot)
-    vs_llama = (f"; llama.cpp alone {before['llamacpp']:.1f} tokens/s (the pair {before['vs_llamacpp']:.2f}x: "
-                f"{llama.gguf.name}, greedy, same threads)" if "llamacpp" in before else "")
-    say(f"\non these prompts: pair {before['pair']:.1f} tokens/s, target alone {before['alone']:.1f} tokens/s "
-        f"({before['ratio']:.2f}x){vs_llama}, {before['tokens_per_forward']:.2f} tokens per target forward; "
-        f"{_reading(session)}")
+        say(f"\n1. Assistant work that repeats its context (code edits, quotes, rewrites; chat template, "
+            f"{2 * max_new_tokens} new tokens): {rows}, interleaved per prompt")
+        copies = measure(session, work, max_new_tokens=2 * max_new_tokens, ar=True, chat=True, say=err,
+                         llamacpp=llama, show=show)
+        say(f"\n2. Plain code and chat prompts ({max_new_tokens} new tokens): {rows}")
+        before = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, llamacpp=llama,
+                         show=show)
+    say("\nOn prompts none of this was calibrated or trained on (greedy; every output is the target's own):")
+    say(f"  {_row('assistant work with copies', copies)}; {_copies(copies)}")
+    say(f"  {_row('plain prompts', before)}; {_reading(session)}")
 
     say("\none training round on the logged verifications ...")
     cfg = RoundConfig.from_dict({"min_records": 2, "train": {"update_interval": 2, "batch_size": 2}})
@@ -117,11 +103,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                    f"(k = {k_now} now" + (": those were the probe rounds a new adapter gets, and they did not "
                                           "pay, so the target runs alone again)" if k_now == 0 else ")")
                    if after["proposed"] else "no drafts: the cost model still runs the target alone")
-        say(f"  on the same unseen prompts after training: pair {after['tokens_per_s']:.1f} tokens/s "
-            f"(before {before['pair']:.1f}), target alone {after['ar_tokens_per_s']:.1f} tokens/s "
-            f"({after['tokens_per_s'] / max(after['ar_tokens_per_s'], 1e-9):.2f}x)"
-            + (f", llama.cpp alone {after['llamacpp_tokens_per_s']:.1f} tokens/s ({after['vs_llamacpp']:.2f}x)"
-               if "llamacpp_tokens_per_s" in after else "") + f"; {drafted}")
+        say(f"  {_row('plain prompts after training', after)}; {drafted}")
         say("  " + _verdict(before, after, result))
     else:
         why = (f"the candidate was significantly worse on held-out records (acceptance "
@@ -130,7 +112,25 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                f"too few records ({result.get('new_records', 0)} new, {cfg.min_records} needed)")
         say(f"  no adapter published: {why}; the pair keeps {session.version}")
     say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
-    return {"pair": report, "held_out": before, "round": result, "after": after}
+    return {"pair": report, "copies": copies, "held_out": before, "round": result, "after": after}
+
+
+def _row(label: str, m: dict) -> str:
+    """One line of figures: the pair against the target alone (and llama.cpp alone)."""
+    line = (f"{label}: pair {m['tokens_per_s']:.1f} tokens/s, target alone {m['ar_tokens_per_s']:.1f} "
+            f"({m['speedup']:.2f}x)")
+    if "llamacpp_tokens_per_s" in m:
+        line += f", llama.cpp alone {m['llamacpp_tokens_per_s']:.1f} ({m['vs_llamacpp']:.2f}x)"
+    return line + f", {m['tokens_per_target_forward']:.2f} tokens per target forward"
+
+
+def _copies(m: dict) -> str:
+    """What the copies from the context did, in words."""
+    copies = (f"{m['copies_kept']} of {m['copied']} ids copied from the context kept by the target"
+              if m["copied"] else "no copies proposed")
+    drafts = (f"the drafter's acceptance {m['acceptance_rate']:.3f} over {m['proposed']} drafted tokens"
+              if m["proposed"] else "no drafts")
+    return f"{copies}, {drafts}"
 
 
 def _verdict(before: dict, after: dict, result: dict) -> str:
@@ -140,9 +140,9 @@ def _verdict(before: dict, after: dict, result: dict) -> str:
     relative to the target alone measured beside it in each phase (interleaved per prompt), so a
     machine that got busier or quieter between the phases does not pass for the drafter's doing."""
     ratio_after = after["tokens_per_s"] / max(after["ar_tokens_per_s"], 1e-9)
-    gain = ratio_after / max(before["ratio"], 1e-9)
+    gain = ratio_after / max(before["speedup"], 1e-9)
     rate = lambda m: m["accepted"] / max(m["proposed"], 1)  # noqa: E731
-    measured = (f"the pair {before['ratio']:.2f}x -> {ratio_after:.2f}x the target alone's tokens/s "
+    measured = (f"the pair {before['speedup']:.2f}x -> {ratio_after:.2f}x the target alone's tokens/s "
                 f"({gain:.2f}x), acceptance {rate(before):.3f} -> {rate(after):.3f}")
     if not before["proposed"] or not after["proposed"]:
         phases = ("both phases" if not before["proposed"] and not after["proposed"] else
@@ -173,18 +173,6 @@ def _p_rose(before: dict, after: dict) -> float:
     if se == 0:
         return 0.0 if p2 > p1 else 1.0
     return 0.5 * math.erfc((p2 - p1) / se / math.sqrt(2))
-
-
-def _totals(tot: dict) -> dict:
-    pair_s = tot["pair_tokens"] / max(tot["pair_wall"], 1e-9)
-    alone_s = tot["alone_tokens"] / max(tot["alone_wall"], 1e-9)
-    out = {"pair": round(pair_s, 3), "alone": round(alone_s, 3), "ratio": round(pair_s / max(alone_s, 1e-9), 3),
-           "tokens_per_forward": round(tot["pair_tokens"] / max(tot["forwards"], 1), 3),
-           "proposed": tot["proposed"], "accepted": tot["accepted"]}
-    if tot["llamacpp_wall"]:
-        llama_s = tot["llamacpp_tokens"] / tot["llamacpp_wall"]
-        out["llamacpp"], out["vs_llamacpp"] = round(llama_s, 3), round(pair_s / llama_s, 3)
-    return out
 
 
 def _reading(session) -> str:

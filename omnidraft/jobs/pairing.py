@@ -1,6 +1,6 @@
 """`omnidraft pair` as a library function: pair a drafter with a target (vocabulary map, seeded
 n-grams, a fresh adapter and head), calibrate on built-in prompts beside the target alone and
-llama.cpp alone (when installed), and report.
+llama.cpp alone (when installed: compare.py), and report.
 Knows the Session and the prompts; nothing about training rounds (the demo's, demo.py);
 printing is the caller's (``say``).
 """
@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import copy
 import sys
-import time
 from typing import Callable
 
 from omnidraft.decode.draft_length import CostModelK
 from omnidraft.errors import OmniDraftError
+from omnidraft.jobs.compare import measure
 from omnidraft.pairs.engine_choice import PROBE_EVERY
-from omnidraft.pairs.build import is_remote
 from omnidraft.pairs.llamacpp import LlamaCppAlone, check_engine, llamacpp_engine
-from omnidraft.pairs.spec import DEFAULT_DRAFTER, pair_dir
+from omnidraft.pairs.settings import TargetRef
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, adapter_store, pair_dir, pair_name
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
 
 ACCEPTANCE_K = 5  # draft length while pairing measures acceptance per position
 ACCEPTANCE_PROMPTS = 6  # prompts (at most) for that, before the calibration proper
-
-
-def _bar(done: int, total: int, t0: float, width: int = 24) -> str:
-    fill = int(width * done / max(total, 1))
-    return f"[{'#' * fill}{'-' * (width - fill)}] {done}/{total} prompts, {time.perf_counter() - t0:.0f} s"
 
 
 def builtin_prompts() -> list[str]:
@@ -53,107 +48,48 @@ def fresh_adapter(session) -> str:
                                  extra={"head": head.state_dict()})
 
 
-def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say, budget_s: float | None = None,
-            label: str = "calibrating", llamacpp: LlamaCppAlone | None = None) -> dict:
-    """Run prompts through the session (and the target alone when ``ar``; an engine's own
-    generation when the target is an OpenAI-API one; the target alone on ``llamacpp`` when given),
-    interleaved per prompt. Whole-generation and decode-only (prefill excluded) tokens/s for the
-    pair and the target alone; whole-generation for llama.cpp (it reports no prefill time)."""
-    import statistics
+def forget_adapters(name: str) -> None:
+    """Every adapter version of pair ``name``, the .ptd files made of them, and the training
+    cursor: the pair starts over (its log is kept)."""
+    import shutil
 
-    from omnidraft.decode.generate import generate_ar
-    from omnidraft.decode.text import encode_prompt
-    from omnidraft.models.lm import same_start
-
-    engine = getattr(session.target, "generate_alone", None)  # an OpenAI-API target's engine
-    t0 = time.perf_counter()
-    tot = {"tokens": 0, "wall": 0.0, "decode": 0.0, "proposed": 0, "accepted": 0, "ar_tokens": 0, "ar_wall": 0.0,
-           "ar_decode": 0.0, "prompts": 0, "forwards": 0, "llamacpp_tokens": 0, "llamacpp_wall": 0.0}
-    translate: list[float] = []
-    for n, p in enumerate(prompts):
-        if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
-            break
-        session.new_conversation()  # unrelated prompts: none copies from another's answer
-        again = same_start(session.target, session.drafter)  # the target alone does not find the pair's prompt
-        m = session.generate(p, max_new_tokens=max_new_tokens).metrics
-        tot["tokens"] += m["new_tokens"]
-        tot["wall"] += m["wall_s"]
-        tot["decode"] += m["wall_s"] - m["prefill_s"]
-        drafted = m.get("rounds_by_kind", {}).get("drafter", {"proposed": 0, "accepted": 0})
-        tot["proposed"] += drafted["proposed"]  # the drafter's acceptance, not the copies'
-        tot["accepted"] += drafted["accepted"]
-        tot["forwards"] += m["target_forwards"]
-        if m["translate_ms_median"] is not None and m["proposed"]:
-            translate.append(m["translate_ms_median"])
-        if ar:
-            again()
-            a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens).metrics
-            tot["ar_tokens"] += a["new_tokens"]
-            tot["ar_wall"] += a["wall_s"]
-            tot["ar_decode"] += a["wall_s"] - a["prefill_s"]
-        elif engine is not None:
-            alone = engine(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
-            tot["ar_tokens"] += alone.tokens
-            tot["ar_wall"] += alone.seconds
-        if llamacpp is not None:
-            n_llama, s_llama = llamacpp(encode_prompt(session.target_tok, p, chat=False), max_new_tokens)
-            tot["llamacpp_tokens"] += n_llama
-            tot["llamacpp_wall"] += s_llama
-        tot["prompts"] += 1
-        say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
-    say("")
-    out = {"prompts": tot["prompts"], "proposed": tot["proposed"], "accepted": tot["accepted"],
-           "acceptance_rate": round(tot["accepted"] / max(tot["proposed"], 1), 4),
-           "tokens_per_s": round(tot["tokens"] / max(tot["wall"], 1e-9), 3),
-           "decode_tokens_per_s": round(tot["tokens"] / max(tot["decode"], 1e-9), 3),
-           "tokens_per_target_forward": round(tot["tokens"] / max(tot["forwards"], 1), 3),
-           "translate_ms": round(statistics.median(translate), 3) if translate else 0.0}
-    if tot["ar_wall"]:
-        out["ar_tokens_per_s"] = round(tot["ar_tokens"] / tot["ar_wall"], 3)
-        out["speedup"] = round(out["tokens_per_s"] / out["ar_tokens_per_s"], 3)
-    if tot["llamacpp_wall"]:
-        out["llamacpp_tokens_per_s"] = round(tot["llamacpp_tokens"] / tot["llamacpp_wall"], 3)
-        out["vs_llamacpp"] = round(out["tokens_per_s"] / out["llamacpp_tokens_per_s"], 3)
-    if ar and tot["ar_wall"]:
-        out["ar_decode_tokens_per_s"] = round(tot["ar_tokens"] / max(tot["ar_decode"], 1e-9), 3)
-    return out
+    store = adapter_store()
+    for v in store.versions(name):
+        store.delete(name, v)
+    shutil.rmtree(pair_dir(name) / "executorch", ignore_errors=True)
+    (pair_dir(name) / "cursor.json").unlink(missing_ok=True)
 
 
-def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, calibration_s: float = 120.0,
-         max_new_tokens: int = 48, token: str | None = None, target_tokenizer: str | None = None,
-         target_model: str | None = None, target_context: int = 2048, target_engine: str | None = None,
-         say: Callable[..., None] | None = None, session=None, llamacpp: bool = True,
-         engine: str | None = None) -> dict:
-    """Pair ``drafter`` with ``target``: build their ExecuTorch programs when missing (a given
-    ``session`` runs on what it loaded), measure the cost model, and calibrate for about
-    ``calibration_s`` seconds, beside the target alone and (``llamacpp``, when llama-cpp-python is
-    installed and the target has a GGUF) the target alone on llama.cpp. ``engine="llamacpp"``: the
-    session hands generations to llama.cpp while it is measured faster than the pair (the
-    calibration measures both)."""
+def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False,
+         calibration_s: float = 120.0, max_new_tokens: int = 48, say: Callable[..., None] | None = None,
+         session=None, llamacpp: bool = True, engine: str | None = None) -> dict:
+    """Pair ``drafter`` with ``target`` (a name, path or URL, or a TargetRef with a server's
+    token and tokenizer): build their ExecuTorch programs when missing (a given ``session`` runs
+    on what it loaded), measure the cost model, and calibrate for about ``calibration_s`` seconds,
+    beside the target alone and (``llamacpp``, when llama-cpp-python is installed and the target
+    has a GGUF) the target alone on llama.cpp. ``engine="llamacpp"``: the session hands
+    generations to llama.cpp while it is measured faster than the pair (the calibration measures
+    both)."""
     from omnidraft.pairs import programs
     from omnidraft.session import Session
 
     say = say or (lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    target = target if isinstance(target, TargetRef) else TargetRef(target)
     if session is None:  # a bad engine is refused before the programs are built
-        check_engine(engine, target, remote=is_remote(target), greedy=True, progress=say)
-    built = {} if session is not None else programs.ensure(drafter, target, say=say)
-    say(f"pairing {drafter} with {target} ...")
-    session = session or Session(drafter, target, token=token, target_tokenizer=target_tokenizer,
-                                 target_model=target_model, target_context=target_context,
-                                 target_engine=target_engine, engine=engine)
+        check_engine(engine, target.ref, remote=target.remote, greedy=True, progress=say)
+    built = {} if session is not None else programs.ensure(drafter, target.ref, say=say)
+    say(f"pairing {drafter} with {target.ref} ...")
+    if reset and session is None:  # before the session loads an adapter
+        forget_adapters(pair_name(drafter, target.ref))
+    session = session or Session(drafter, target, engine=engine)
     name = session.spec.name
-    if reset:
-        for v in session.store.versions(name):
-            session.store.delete(name, v)
-        (pair_dir(name) / "cursor.json").unlink(missing_ok=True)
-        session.version = None
     kept = session.store.latest(name)
     if kept is None:
         fresh_adapter(session)
     session.refresh()
     vmap = session.pair.vmap
     direct = int((vmap.d2t >= 0).sum())
-    report = {"pair": name, "drafter": drafter, "target": target, "adapter": session.version,
+    report = {"pair": name, "drafter": drafter, "target": target.ref, "adapter": session.version,
               "runtimes": {"drafter": session.drafter_runtime, "target": session.target_runtime},
               "programs_built": built,
               "kept_trained_adapter": kept is not None,
@@ -165,7 +101,7 @@ def pair(target: str, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False, ca
         prompts = builtin_prompts()
         dl = session.draft_length
         if isinstance(dl, CostModelK):  # first acceptance at a fixed k, then the model decides
-            with dl.fixed(ACCEPTANCE_K):
+            with dl.fixed(ACCEPTANCE_K), session.pair_only():
                 first = measure(session, prompts[:ACCEPTANCE_PROMPTS], max_new_tokens=max_new_tokens, ar=False,
                                 say=say, budget_s=calibration_s / 2, label=f"measuring acceptance (k={ACCEPTANCE_K})")
             dl.model.translate_ms = first["translate_ms"]
@@ -191,15 +127,15 @@ def baseline(session, say) -> LlamaCppAlone | None:
     """The target alone on llama.cpp: the session's own engine, else one for a local target (a
     remote one is compared with its own engine), stopping where the target alone stops; None
     after one line saying why there is no llama.cpp row."""
-    from omnidraft.decode.text import model_eos_ids, stop_ids
+    from omnidraft.decode.text import stop_ids
 
     if isinstance(session.engine, LlamaCppAlone):
         return session.engine
     if session.spec.remote:
         return None
     try:
-        return llamacpp_engine(session.spec.target, stop_ids(session.target_tok, model_eos_ids(session.target)),
-                               session.target_tok, say)
+        return llamacpp_engine(session.spec.target, stop_ids(session.target_tok, session.target.eos_ids),
+                               session.target_tok, say, n_ctx=session.target.max_length)
     except OmniDraftError as e:
         say(f"{e}: no llama.cpp row")
         return None

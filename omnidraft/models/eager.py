@@ -97,7 +97,7 @@ class CausalLM:
             out = self.model(
                 input_ids=input_ids,
                 position_ids=position_ids,
-                past_key_values=self.cache,
+                cache=self.cache,
                 use_cache=True,
                 output_hidden_states=hidden,
                 logits_to_keep=1 if last_only else 0,

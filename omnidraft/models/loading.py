@@ -59,13 +59,15 @@ def load_model(ref: str, *, dtype: str = "fp32"):
     from transformers import AutoModelForCausalLM
 
     from omnidraft.models.eager import CausalLM
+    from omnidraft.quiet import loading_quietly
 
     if dtype not in DTYPES:
         raise OmniDraftError(f"unknown dtype '{dtype}'", f"choose one of {', '.join(DTYPES)}")
     directory, gguf = resolve(ref)
     kwargs = {"gguf_file": gguf} if gguf else {}
     # Load fp32, then cast: passing dtype=bf16 with GGUF dequantisation misleads transformers.
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, **kwargs)
+    with loading_quietly():
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, **kwargs)
     if dtype == "bf16":
         model = model.to(torch.bfloat16)
     return CausalLM(model, name=ref)

@@ -95,17 +95,17 @@ class SpecVocabLM(nn.Module):
         out.scatter_(1, cand, exact)
         return out
 
-    def forward(self, input_ids=None, position_ids=None, past_key_values=None, use_cache=True,
+    def forward(self, input_ids=None, position_ids=None, cache=None, use_cache=True,
                 output_hidden_states=False, logits_to_keep=0, **kw):
         body = self.inner.model(input_ids=input_ids, position_ids=position_ids,
-                                past_key_values=past_key_values, use_cache=use_cache, **kw)
+                                cache=cache, use_cache=use_cache, **kw)
         h = body.last_hidden_state  # [1, n, H]
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         logits = self.sparse_logits(h[0]).unsqueeze(0)  # [1, n', V]
         hidden_states = (body.last_hidden_state,) if output_hidden_states else None
         return SimpleNamespace(logits=logits, hidden_states=hidden_states,
-                               past_key_values=body.past_key_values)
+                               cache=body.cache)
 
 
 def pretrain_ranker(ranker: SpecVocabHead, lm_head_weight: torch.Tensor, hidden: torch.Tensor, *,

@@ -14,16 +14,22 @@ from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.models.loading import load_model, load_tokenizer, resolve
+from omnidraft.pairs.settings import RUNTIMES, Runtime, TargetRef
 from omnidraft.pairs.spec import REMOTE_SCHEMES
 
-DRAFTER_RUNTIMES = ("eager", "executorch", "auto")
-RUNTIMES = DRAFTER_RUNTIMES
 TARGET_QUANT = "8da8w"  # the target program's scheme on AVX2: bench/results/verify-cost-20261123-2209.md
 
 
 def is_remote(target: str) -> bool:
     """An `omnidraft serve-target` URL, or ``openai+http(s)://`` an OpenAI-compatible server."""
     return target.startswith(REMOTE_SCHEMES)
+
+
+def runtime_kind(lm: LM) -> str:
+    """Which runtime runs ``lm``: executorch (an exported program) or eager (PyTorch)."""
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    return "executorch" if isinstance(lm, ExecuTorchLM) else "eager"
 
 
 def _check_runtime(runtime: str) -> None:
@@ -58,9 +64,10 @@ def _program(runtime: str, load, fallback):
 
 
 def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max_seq: int = 1024,
-                 specvocab_k: int = 0, adapter_ptd: str | None = None, dtype: str = "fp32", note=None) -> LM:
-    """The drafter ``name`` on ``runtime``: ``executorch`` runs the program `omnidraft export`
-    wrote for (quant, max_seq, specvocab_k) with ``adapter_ptd`` (default its zero adapter)."""
+                 specvocab_k: int = 0, note=None) -> LM:
+    """The drafter ``name`` on ``runtime`` with no adapter: ``executorch`` runs the program
+    `omnidraft export` wrote for (quant, max_seq, specvocab_k) with its zero adapter, ``eager``
+    the fp32 model (pairs/drafter.py puts a published adapter on either)."""
     from omnidraft.export.layout import program_dir
 
     _check_runtime(runtime)
@@ -69,10 +76,9 @@ def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max
         from omnidraft.device.runtime import ExecuTorchLM
         from omnidraft.export.layout import find_program
 
-        return _program(runtime, lambda: ExecuTorchLM(find_program(name, quant, max_seq, specvocab_k),
-                                                      adapter_ptd, name=name),
-                        lambda why: _eager(name, dtype, runtime, prog, note, why))
-    return _eager(name, dtype, runtime, prog, note)
+        return _program(runtime, lambda: ExecuTorchLM(find_program(name, quant, max_seq, specvocab_k), name=name),
+                        lambda why: _eager(name, "fp32", runtime, prog, note, why))
+    return _eager(name, "fp32", runtime, prog, note)
 
 
 def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT, max_seq: int = 1024,
@@ -94,49 +100,44 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
     return _eager(name, dtype, runtime, prog, note)
 
 
-def load_target(ref: str, *, sampling: SamplingConfig, verify: str, dtype: str = "bf16",
-                token: str | None = None, tokenizer: str | None = None, fallback: str | None = None,
-                record_topk: int = 0, runtime: str = "eager", note=None, target_model: str | None = None,
-                target_context: int = 2048, target_engine: str | None = None):
-    """(target, its tokenizer). A local ``ref`` loads the model (the decode loop verifies it
-    in-process, on ``runtime``); an http(s) URL is a RemoteTarget (bearer ``token``; ``tokenizer`` defaults to
-    the fallback's, else the model name the server reports); ``openai+http(s)://HOST:PORT/v1`` is an
-    OpenAI-compatible server (serve/openai_api.py) serving ``target_model`` (default: the one it lists)
-    with a context of ``target_context`` tokens, whose tokenizer is ``tokenizer`` (default: the
-    fallback's), speaking ``target_engine``'s API (default: what the server says it is). A remote
-    target is wrapped to continue on the local model ``fallback`` when the server is unreachable."""
-    if not is_remote(ref):
-        return local_target(ref, runtime, dtype=dtype, note=note), load_tokenizer(tokenizer or ref)
+def load_target(target: TargetRef, *, sampling: SamplingConfig, verify: str, runtime: Runtime = Runtime(),
+                note=None):
+    """(the Target, its tokenizer) for ``target`` (pairs/settings.py), verifying with ``sampling``
+    in mode ``verify``. A local model is a LocalTarget over the model on ``runtime.target``; an
+    http(s) URL a RemoteTarget (its tokenizer defaults to the fallback's, else the model name the
+    server reports); an openai+ URL an OpenAITarget (serve/openai_api.py) whose tokenizer is
+    ``target.tokenizer`` (default: the fallback's). A remote target is wrapped to continue on the
+    local model ``target.fallback`` when the server is unreachable."""
     from omnidraft.decode.target import LocalTarget
+
+    if not target.remote:
+        lm = local_target(target.ref, runtime.target, dtype=runtime.dtype, note=note)
+        return LocalTarget(lm, sampling, verify), load_tokenizer(target.tokenizer or target.ref)
     from omnidraft.serve.remote import FallbackTarget, RemoteTarget
 
-    if not token:
+    if not target.token:
         raise OmniDraftError("a remote target needs a bearer token", "pass token=... or set OMNIDRAFT_TOKEN")
-    if ref.startswith("openai+"):
-        name = tokenizer or fallback
+    if target.ref.startswith("openai+"):
+        name = target.tokenizer or target.fallback
         if not name:
             raise OmniDraftError("an OpenAI-API target needs its tokenizer",
                                  "pass --target-tokenizer (a catalog name or model dir of the served model)")
         tok = load_tokenizer(name)
-        target = _openai_target(ref.removeprefix("openai+"), tok, name, token=token, sampling=sampling,
-                                verify=verify, record_topk=record_topk, model=target_model,
-                                max_length=target_context, engine=target_engine)
+        remote = _openai_target(target, tok, name, sampling=sampling, verify=verify)
     else:
-        target = RemoteTarget(ref, token, sampling, verify, record_topk)
-        tok = load_tokenizer(tokenizer or fallback or target.info()["model"])
-    if fallback:
-        target = FallbackTarget(target, LocalTarget(load_model(fallback, dtype=dtype), sampling, verify,
-                                                    record_topk, stream="fallback"))
-    return target, tok
+        remote = RemoteTarget(target.ref, target.token, sampling, verify)
+        tok = load_tokenizer(target.tokenizer or target.fallback or remote.info()["model"])
+    if target.fallback:
+        fallback = LocalTarget(load_model(target.fallback, dtype=runtime.dtype), sampling, verify, stream="fallback")
+        return FallbackTarget(remote, fallback), tok
+    return remote, tok
 
 
-def _openai_target(url: str, tok, tokenizer: str, *, token: str, sampling: SamplingConfig, verify: str,
-                   record_topk: int, model: str | None, max_length: int, engine: str | None):
-    """The OpenAITarget at ``url``; its EOS ids: ``tok``'s and those of the generation config beside
-    the tokenizer ``tokenizer`` names."""
+def _openai_target(target: TargetRef, tok, tokenizer: str, *, sampling: SamplingConfig, verify: str):
+    """The OpenAITarget at ``target.ref``; its EOS ids: ``tok``'s and those of the generation
+    config beside the tokenizer ``tokenizer`` names."""
     from omnidraft.decode.text import generation_eos_ids
     from omnidraft.serve.openai_api import OpenAITarget
-    from omnidraft.serve.wire import TOP_N
 
     if verify != "point-mass" and not sampling.greedy:
         raise OmniDraftError("an OpenAI-API target verifies by point-mass", "drop --verify rejection")
@@ -147,5 +148,5 @@ def _openai_target(url: str, tok, tokenizer: str, *, token: str, sampling: Sampl
         eos |= generation_eos_ids(GenerationConfig.from_pretrained(str(resolve(tokenizer)[0])))
     except (OSError, ValueError):  # no generation config beside the tokenizer: its EOS alone
         pass
-    return OpenAITarget(url, token, model, tok, sampling, eos_ids=eos, max_length=max_length,
-                        record_topk=min(record_topk, TOP_N), engine=engine)
+    return OpenAITarget(target.ref.removeprefix("openai+"), target.token, target.model, tok, sampling, eos_ids=eos,
+                        max_length=target.context, engine=target.engine)

@@ -182,7 +182,7 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
     return model, data.get("reached", []), data.get("accepted", [])
 
 
-def for_pair(pair_name: str, target, drafter, eager_dtype: str, k_max: int = 8, progress=None):
+def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
     """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
     the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
     few seconds) and kept; a model saved without every width of WIDTHS is measured again, its
@@ -197,7 +197,7 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, k_max: int = 8, 
         reached, accepted = saved[1:] if saved else ([], [])
         saved = (measure(target, drafter, WIDTHS, reps=5, progress=progress), reached, accepted)
         save(path, *saved, on)
-    return CostModelK(saved[0], saved[1], saved[2], k_max=k_max), path, on
+    return CostModelK(saved[0], saved[1], saved[2]), path, on
 
 
 def measure(target, drafter=None, widths: tuple[int, ...] = WIDTHS, reps: int = 7,

@@ -28,6 +28,7 @@ class LlamaCppAlone:
     runtime does."""
 
     def __init__(self, gguf: Path, threads: int, stop: set[int], tok, n_ctx: int = 2048):
+        """``n_ctx``: llama.cpp's context, the most prompt and new tokens one generation may hold."""
         from llama_cpp import Llama
 
         self.gguf, self.tok, self.n_ctx = Path(gguf), tok, n_ctx
@@ -55,7 +56,15 @@ class LlamaCppAlone:
         rest = whole[len("".join(sent)):]
         if rest:  # a character the detokenizer held back
             yield rest
-        return Alone(whole, len(ids), seconds)
+        return Alone(whole, len(ids), seconds, tuple(ids))
+
+    @property
+    def max_length(self) -> int:
+        return self.n_ctx
+
+    def describe(self) -> dict:
+        """What produced a generation's text (a Result names it)."""
+        return {"name": "llama.cpp", "file": str(self.gguf)}
 
     def __call__(self, prompt_ids: list[int], new: int) -> tuple[int, float]:
         """(tokens generated, seconds): the benchmarks' run convention."""
@@ -88,11 +97,13 @@ def engine_gguf(ref: str, progress: Callable[[str], None]) -> Path:
     return gguf
 
 
-def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], None]) -> LlamaCppAlone:
-    """``ref``'s GGUF on llama.cpp, on torch's thread count (the programs' count: device/threads.py)."""
+def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], None], n_ctx: int = 2048,
+                    gguf: Path | None = None) -> LlamaCppAlone:
+    """``ref``'s GGUF (or ``gguf``) on llama.cpp, on torch's thread count (the programs' count:
+    device/threads.py), with a context of ``n_ctx`` tokens."""
     import torch
 
-    return LlamaCppAlone(engine_gguf(ref, progress), torch.get_num_threads(), stop, tok)
+    return LlamaCppAlone(gguf or engine_gguf(ref, progress), torch.get_num_threads(), stop, tok, n_ctx)
 
 
 def check_engine(engine: str | None, target: str, *, remote: bool, greedy: bool,

@@ -1,4 +1,5 @@
-"""SpecConfig: which strategy drafts, how many tokens per round, and when a draft stops early.
+"""SpecConfig: which strategy drafts and when a draft stops early. How many tokens a round
+drafts is not here: a ``DraftLength`` (decode/draft_length.py) says it each round.
 
 Validates itself and names the bad option; knows strategy names only through the registry.
 """
@@ -14,12 +15,11 @@ from omnidraft.propose.registry import get
 @dataclass(frozen=True)
 class SpecConfig:
     strategy: str = "omnidraft"
-    k: int = 4  # drafter tokens per round (the maximum when confidence is set)
     learn_ngrams: bool = True  # add unseen n-grams from verified output (strategies with a cache)
     retokenise: bool = True  # omnidraft: entries from the target's tokenisation of the draft, then the cache
     confidence: float | None = None  # stop a draft after a token the drafter gives p < this
     gamma: float | None = None  # adaptive drafting: stop once the acceptance head's 1 - prod P > gamma
-    min_k: int = 1  # fewest drafter tokens per round under adaptive drafting
+    min_k: int = 1  # fewest drafter tokens per round under adaptive drafting (the round's k caps it)
 
     def __post_init__(self):
         if self.confidence is not None and not 0.0 < self.confidence < 1.0:
@@ -28,8 +28,6 @@ class SpecConfig:
             raise OmniDraftError(f"gamma must be in (0, 1), got {self.gamma}")
         if self.gamma is not None and self.confidence is not None:
             raise OmniDraftError("choose one stopping rule: confidence or gamma (acceptance head)")
-        if not 1 <= self.min_k <= self.k:
-            raise OmniDraftError(f"min_k must be in 1..k ({self.k}), got {self.min_k}")
+        if self.min_k < 1:
+            raise OmniDraftError(f"min_k must be >= 1, got {self.min_k}")
         get(self.strategy)  # an unknown name is an error naming the choices
-        if not 1 <= self.k <= 32:
-            raise OmniDraftError(f"draft length k must be in 1..32, got {self.k}")

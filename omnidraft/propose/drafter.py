@@ -21,7 +21,6 @@ class StopSettings(Protocol):
     """What a stopping rule is built from (``SpecConfig`` is one): a protocol, so the drafter
     needs no import of the configuration that names it (config -> registry -> drafter)."""
 
-    k: int
     min_k: int
     confidence: float | None
     gamma: float | None
@@ -29,12 +28,12 @@ class StopSettings(Protocol):
 
 class StopRule:
     """Adaptive stopping over one draft: after each token with predicted acceptance P_i, stop
-    once 1 - prod_i P_i > gamma (never before min_k tokens; always at max_k)."""
+    once 1 - prod_i P_i > gamma (never before min_k tokens; the round's k ends the draft anyway)."""
 
     uses_head = True
 
-    def __init__(self, gamma: float, min_k: int, max_k: int):
-        self.gamma, self.min_k, self.max_k = gamma, min_k, max_k
+    def __init__(self, gamma: float, min_k: int):
+        self.gamma, self.min_k = gamma, min_k
         self.reset()
 
     def reset(self) -> None:
@@ -44,7 +43,7 @@ class StopRule:
         """Count one drafted token; True if drafting should stop after it."""
         self.prod *= p_accept
         self.n += 1
-        return self.n >= self.max_k or (self.n >= self.min_k and 1.0 - self.prod > self.gamma)
+        return self.n >= self.min_k and 1.0 - self.prod > self.gamma
 
 
 class Confidence:
@@ -91,7 +90,7 @@ class Drafter:
         return self.model.max_length - n_ids + 1
 
     def stop_rule(self, cfg: StopSettings) -> StopRule | Confidence | None:
-        """A stopping rule for ``cfg`` (None: always draft k tokens); reset it for each draft."""
+        """A stopping rule for ``cfg`` (None: always draft the round's k); reset it for each draft."""
         if cfg.gamma is not None:
             if self.model.scores_accept and (not self.sampling.greedy or self.mask is not None):
                 raise OmniDraftError("the exported drafter scores acceptance for its greedy token only",
@@ -99,7 +98,7 @@ class Drafter:
             if self.head is None and not self.model.scores_accept:
                 raise OmniDraftError("adaptive drafting (gamma) needs an acceptance head",
                                      "pair the drafter and train one, or drop gamma")
-            return StopRule(cfg.gamma, cfg.min_k, cfg.k)
+            return StopRule(cfg.gamma, cfg.min_k)
         if cfg.confidence is not None:
             return Confidence(cfg.confidence)
         return None

@@ -52,10 +52,8 @@ class OpenAITarget:
     needs_q = False
 
     def __init__(self, base_url: str, token: str, model: str | None, tok, sampling: SamplingConfig, *,
-                 eos_ids: set[int], max_length: int = 2048, record_topk: int = 0, top_n: int = TOP_N,
+                 eos_ids: set[int], max_length: int = 2048, top_n: int = TOP_N,
                  timeout: float = 120.0, retries: int = 3, rtt_ms: float = 0.0, engine: str | None = None):
-        if record_topk > top_n:
-            raise OmniDraftError(f"record_topk {record_topk} exceeds the {top_n} log-probabilities asked")
         if engine is not None and engine not in ENGINES:
             raise OmniDraftError(f"unknown engine {engine!r}", f"use one of {', '.join(ENGINES)}")
         self.http = JsonClient(base_url, token, timeout=timeout, retries=retries, rtt_ms=rtt_ms)
@@ -67,7 +65,8 @@ class OpenAITarget:
         self.eos_ids = set(eos_ids)
         self.eos = tok.eos_token_id if tok.eos_token_id is not None else min(self.eos_ids)
         self.vocab_size = len(tok)
-        self.max_length, self.record_topk, self.top_n = max_length, record_topk, top_n
+        self.max_length, self.top_n = max_length, top_n
+        self.record_topk = 0  # this generation's (start): at most the top_n log-probabilities asked
         self.wire: Wire = self._wire(engine or owner, base_url, token, timeout, retries, rtt_ms)
         self.gen = sampling.generator("verify")
         self.context: list[int] = []
@@ -102,6 +101,10 @@ class OpenAITarget:
     def _seed(self) -> int:
         return int(torch.randint(0, 2**31 - 1, (1,), generator=self.gen))
 
+    def describe(self) -> dict:
+        """What produced a generation the engine ran alone (a Result names it)."""
+        return {"name": "openai-api", "url": self.http.url, "model": self.model}
+
     def generate_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Alone:
         """The engine generating on its own (``stream_alone``), read to its end."""
         return drained(self.stream_alone(prompt_ids, max_new_tokens))
@@ -127,7 +130,9 @@ class OpenAITarget:
         return Alone(whole, tokens, time.perf_counter() - t0)
 
     # ------------------------------------------------------------------ Target protocol
-    def start(self, prompt_ids: list[int]) -> None:
+    def start(self, prompt_ids: list[int], record_topk: int = 0) -> None:
+        """``record_topk``: clipped to the ``top_n`` log-probabilities each request asks for."""
+        self.record_topk, self.last_rows = min(record_topk, self.top_n), None
         if not prompt_ids:
             raise OmniDraftError("empty prompt")
         if not self.wire.expressible(list(prompt_ids)):

@@ -31,10 +31,10 @@ def sparse_rows(q: torch.Tensor) -> list[dict]:
 
 
 class RemoteTarget:
-    def __init__(self, url: str, token: str, sampling: SamplingConfig, mode: str = "point-mass",
-                 record_topk: int = 0, *, timeout: float = 30.0, retries: int = 3, rtt_ms: float = 0.0):
+    def __init__(self, url: str, token: str, sampling: SamplingConfig, mode: str = "point-mass", *,
+                 timeout: float = 30.0, retries: int = 3, rtt_ms: float = 0.0):
         self.http = JsonClient(url, token, timeout=timeout, retries=retries, rtt_ms=rtt_ms)
-        self.sampling, self.mode, self.record_topk = sampling, mode, record_topk
+        self.sampling, self.mode = sampling, mode
         self.session: str | None = None
         self.round = 0
         self._info: dict | None = None
@@ -71,12 +71,13 @@ class RemoteTarget:
         return self.http.call(method, path, body)
 
     # ------------------------------------------------------------------ Target protocol
-    def start(self, prompt_ids: list[int]) -> None:
+    def start(self, prompt_ids: list[int], record_topk: int = 0) -> None:
         if self.session:
             self.close()
         s = self.sampling
+        self.last_rows = None
         out = self._call("POST", "/v1/sessions", {
-            "prompt_ids": list(prompt_ids), "mode": self.mode, "record_topk": self.record_topk,
+            "prompt_ids": list(prompt_ids), "mode": self.mode, "record_topk": record_topk,
             "sampling": {"temperature": s.temperature, "top_p": s.top_p, "seed": s.seed}})
         if not isinstance(out.get("session"), str):
             raise BadReply("the target server sent an invalid session reply", "check the server version")
@@ -134,11 +135,16 @@ class FallbackTarget:
         self.primary, self.fallback = primary, fallback
         self.active = primary
         self.context: list[int] = []
+        self.record_topk = 0
         self.fell_back = False
 
     @property
     def mode(self) -> str:
         return self.primary.mode
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.primary.sampling
 
     @property
     def needs_q(self) -> bool:
@@ -168,12 +174,12 @@ class FallbackTarget:
 
     def _switch(self) -> None:
         self.active, self.fell_back = self.fallback, True
-        self.fallback.start(self.context)
+        self.fallback.start(self.context, self.record_topk)
 
-    def start(self, prompt_ids: list[int]) -> None:
-        self.context = list(prompt_ids)
+    def start(self, prompt_ids: list[int], record_topk: int = 0) -> None:
+        self.context, self.record_topk = list(prompt_ids), record_topk
         try:
-            self.primary.start(prompt_ids)
+            self.primary.start(prompt_ids, record_topk)
             self.active = self.primary
         except RemoteUnavailable:
             self._switch()

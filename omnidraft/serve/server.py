@@ -165,7 +165,7 @@ class SessionManager:
             sampling = SamplingConfig(temperature=s.temperature, top_p=s.top_p, seed=s.seed)
         except OmniDraftError as err:
             raise ApiError(400, "bad_request", f"sampling: {err}")
-        target = LocalTarget(CausalLM(self.model, self.name), sampling, req.mode, req.record_topk)
+        target = LocalTarget(CausalLM(self.model, self.name), sampling, req.mode)
         with self.lock:  # check and register in one step: concurrent opens cannot overshoot
             self._expire()
             if len(self.sessions) >= self.limits.max_sessions:
@@ -176,7 +176,7 @@ class SessionManager:
             self.sessions[sid] = session = _Session(target, req.record_topk, len(req.prompt_ids))
         try:
             with session.lock, self.model_lock:
-                target.start(req.prompt_ids)
+                target.start(req.prompt_ids, req.record_topk)
         except BaseException:
             with self.lock:  # a failed prefill leaves no session behind
                 self.sessions.pop(sid, None)

@@ -1,7 +1,9 @@
 """The background fine-tuning daemon: a low-priority process that runs tuning rounds for every
-pair whose verification log has enough new records. No network port: it is controlled through
-files in $OMNIDRAFT_HOME/daemon/ (pid, status.json, a pause flag) and signals (SIGTERM stops
-after the current record). Knows processes and files; training is tuning.py's.
+pair whose verification log has enough new records. While none has, it costs nothing: each poll
+is a count query per pair, and a model is loaded only for a round that will run. No network
+port: it is controlled through files in $OMNIDRAFT_HOME/daemon/ (pid, status.json, a pause flag)
+and signals (SIGTERM stops after the current record). Knows processes and files; training is
+tuning.py's.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
     a pause after every trained record, to cap the CPU share on a busy device."""
     from omnidraft.models.loading import load_model
     from omnidraft.pairs.spec import adapter_store, list_specs, log_path
-    from omnidraft.train.tuning import RoundConfig, run_round
+    from omnidraft.train.tuning import RoundConfig, due, run_round
     from omnidraft.train.verlog import VerificationLog
 
     cfg = cfg or RoundConfig()
@@ -88,13 +90,13 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
             ran = False
             for spec in list_specs():
                 wait_if_paused()
-                if log.count(spec.name) == 0:
+                if not due(spec, log, store, cfg):
                     continue
                 _write_status(state="training", pair=spec.name)
                 result = run_round(spec, log, store, load_model(spec.drafter, dtype="fp32").model, cfg,
                                    wait_if_paused=wait_if_paused,
                                    progress=lambda m: _write_status(state="training", pair=spec.name, progress=m))
-                ran |= result["status"] != "waiting"
+                ran = True
                 _write_status(state="idle", pair=spec.name, last=result)
                 ptds = f" {result['version']} (.ptd for {result['ptds']} program(s))" if "ptds" in result else ""
                 print(f"[daemon] {spec.name}: {result['status']}{ptds}", flush=True)

@@ -5,7 +5,8 @@ probabilities the losses need: for each direct-mapped position the target's top-
 restricted to tokens the drafter can express (stored as drafter ids) plus the remaining mass,
 and for each n-gram segment the target's probability of its token. Serialised with safetensors
 (bytes), so records cross a network and a disk unchanged. Knows the vocabulary map and the
-segment alignment; nothing about models or optimisers.
+segment alignment; nothing about models or optimisers. Built here, above decoding: decode/
+hands over what it verified (``Verified``) and imports nothing of train/.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from omnidraft.decode.generate import Verified
 from omnidraft.translate.align import aligned_segments
 from omnidraft.translate.vocab import VocabMap
 
@@ -61,14 +63,12 @@ class Record:
         return cls(gen_start=int(meta["gen_start"]), **st_load(data))
 
 
-def build_record(vmap: VocabMap, draft_prompt: list[int], draft_gen: list[int], tail: bytes,
-                 target_gen: list[int], top_ids: torch.Tensor, top_probs: torch.Tensor) -> Record:
-    """One record from a finished generation.
-
-    draft_gen: the drafter's tokenization of the generated text (its complete-UTF-8 prefix;
-    ``tail`` is what it held back). target_gen: the target's generated tokens.
-    top_ids/top_probs: [len(target_gen), K] the target's top-k at each generated position.
-    """
+def build_record(vmap: VocabMap, verified: Verified) -> Record:
+    """One record from a finished generation's verifications (decode/generate.py ``Verified``:
+    the drafter's and the target's tokens, the target's top-k [len(target_gen), K] at each
+    generated position)."""
+    draft_prompt, draft_gen, tail = verified.draft_prompt, verified.draft_gen, verified.tail
+    target_gen, top_ids, top_probs = verified.target_gen, verified.top_ids, verified.top_probs
     L = len(draft_prompt) + len(draft_gen)
     g0 = len(draft_prompt)
     t2d = vmap.t2d

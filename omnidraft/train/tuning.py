@@ -118,6 +118,14 @@ def cursor(spec: PairSpec, store) -> int:
     return through
 
 
+def due(spec: PairSpec, log, store, cfg: RoundConfig = RoundConfig()) -> bool:
+    """Whether a round would train now (``run_round`` would not answer "waiting"): one count of
+    the new trainable records, no record read and no model loaded (what the idle daemon polls)."""
+    interval = cfg.train.update_interval
+    new = log.count(spec.name, after=cursor(spec, store), skip_every=cfg.holdout_every)
+    return min(new, cfg.max_records) // interval * interval >= max(cfg.min_records, interval)
+
+
 def _write_cursor(spec: PairSpec, through: int, info: dict) -> None:
     atomic_write_json(pair_dir(spec.name) / "cursor.json", {"records_through": through, **info})
 

@@ -1,13 +1,15 @@
 """The durable verification log: every generation's training record, per pair, in SQLite (WAL).
 
 Appends are one transaction each, so a crash never leaves half a record; the log is bounded in
-bytes per pair with oldest-first pruning. Readers page by id. Knows bytes and ids; nothing about
-models (records.py decodes the bytes).
+bytes per pair with oldest-first pruning. Readers page by id. One log may be used from any
+thread (an app's workers): its connection is shared under a lock, one statement or transaction
+at a time. Knows bytes and ids; nothing about models (records.py decodes the bytes).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +24,8 @@ class VerificationLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
-        self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        self._mutex = threading.Lock()
+        self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -33,10 +36,15 @@ class VerificationLog:
         self.db.execute("CREATE INDEX IF NOT EXISTS records_pair ON records (pair, id)")
 
     def close(self) -> None:
-        self.db.close()
+        with self._mutex:
+            self.db.close()
 
     def append(self, pair: str, prompt: str, data: bytes) -> int:
         """Store one record; prune the pair's oldest past the byte bound. Returns its id."""
+        with self._mutex:
+            return self._append(pair, prompt, data)
+
+    def _append(self, pair: str, prompt: str, data: bytes) -> int:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             cur = self.db.execute("INSERT INTO records (pair, created, prompt, size, data) VALUES (?, ?, ?, ?, ?)",
@@ -62,16 +70,22 @@ class VerificationLog:
 
     def read(self, pair: str, after: int = 0, limit: int = 1000) -> list[tuple[int, str, bytes]]:
         """(id, prompt, record bytes) with id > ``after``, oldest first."""
-        return self.db.execute("SELECT id, prompt, data FROM records WHERE pair = ? AND id > ? "
-                               "ORDER BY id LIMIT ?", (pair, after, limit)).fetchall()
+        with self._mutex:
+            return self.db.execute("SELECT id, prompt, data FROM records WHERE pair = ? AND id > ? "
+                                   "ORDER BY id LIMIT ?", (pair, after, limit)).fetchall()
 
-    def count(self, pair: str, after: int = 0) -> int:
-        return self.db.execute("SELECT count(*) FROM records WHERE pair = ? AND id > ?",
-                               (pair, after)).fetchone()[0]
+    def count(self, pair: str, after: int = 0, skip_every: int = 0) -> int:
+        """Records of ``pair`` with id > ``after``; with ``skip_every`` > 0, not counting ids that
+        are multiples of it (the held-out ones). One indexed query: the idle daemon polls with it."""
+        with self._mutex:
+            return self.db.execute("SELECT count(*) FROM records WHERE pair = ? AND id > ? AND "
+                                   "(? = 0 OR id % ? != 0)", (pair, after, skip_every, skip_every)).fetchone()[0]
 
     def size(self, pair: str) -> int:
-        return self.db.execute("SELECT coalesce(sum(size), 0) FROM records WHERE pair = ?",
-                               (pair,)).fetchone()[0]
+        with self._mutex:
+            return self.db.execute("SELECT coalesce(sum(size), 0) FROM records WHERE pair = ?",
+                                   (pair,)).fetchone()[0]
 
     def pairs(self) -> list[str]:
-        return [r[0] for r in self.db.execute("SELECT DISTINCT pair FROM records ORDER BY pair")]
+        with self._mutex:
+            return [r[0] for r in self.db.execute("SELECT DISTINCT pair FROM records ORDER BY pair")]

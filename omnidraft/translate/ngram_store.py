@@ -3,7 +3,8 @@
 Survives kill -9 at any instant (every flush is one transaction), keeps hit counts so LFU order
 survives restarts, and lets several processes (the app and the fine-tuning daemon) flush at once
 without losing entries: writers only insert new keys and add hit deltas. A foreign, newer or
-corrupt file is moved aside with a warning and the cache starts empty. Knows SQLite and the
+corrupt file is moved aside with a warning and the cache starts empty. A store may be used from
+any thread (an app's workers): its connection is shared under a lock. Knows SQLite and the
 cache's packed entries; nothing about tokenizers or models.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -33,6 +35,7 @@ class NgramStore:
     def __init__(self, path: str | Path, pair_id: str):
         self.path = Path(path)
         self.pair_id = pair_id
+        self._mutex = threading.Lock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = self._open()
@@ -42,7 +45,7 @@ class NgramStore:
 
     # ------------------------------------------------------------------ opening
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -74,12 +77,14 @@ class NgramStore:
                       RuntimeWarning, stacklevel=3)
 
     def close(self) -> None:
-        self.db.close()
+        with self._mutex:
+            self.db.close()
 
     # ------------------------------------------------------------------ load / flush
     def count(self) -> tuple[int, int]:
         """(seeded, learned) entries on disk."""
-        rows = dict(self.db.execute("SELECT seeded, count(*) FROM entries GROUP BY seeded").fetchall())
+        with self._mutex:
+            rows = dict(self.db.execute("SELECT seeded, count(*) FROM entries GROUP BY seeded").fetchall())
         return rows.get(1, 0), rows.get(0, 0)
 
     def load_into(self, cache: NgramCache) -> int:
@@ -87,8 +92,9 @@ class NgramStore:
         order follows the stored hits; LFU scores are the stored hit counts, LRU ones their rank.
         Returns entries loaded."""
         limit = cache.capacity if cache.capacity is not None else -1
-        rows = self.db.execute("SELECT key, value, seeded, hits FROM entries ORDER BY hits DESC "
-                               "LIMIT ?", (limit,)).fetchall()
+        with self._mutex:
+            rows = self.db.execute("SELECT key, value, seeded, hits FROM entries ORDER BY hits DESC "
+                                   "LIMIT ?", (limit,)).fetchall()
         lfu = cache.policy == "lfu"
         n = cache.restore([(_i(key), _i(value), bool(seeded),
                             min(hits, 2**32 - 1) if lfu else rank)
@@ -98,6 +104,10 @@ class NgramStore:
 
     def flush(self, cache: NgramCache) -> int:
         """Write entries added and hits counted since the last flush, in one transaction."""
+        with self._mutex:
+            return self._flush(cache)
+
+    def _flush(self, cache: NgramCache) -> int:
         added, hits = cache.drain()
         if not added and not hits:
             return 0

@@ -8,6 +8,7 @@ import pytest
 
 from omnidraft.decode.draft_length import CostModelK, FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
 from omnidraft.propose.config import SpecConfig
 
@@ -96,9 +97,9 @@ def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
     """k = 0 rounds (the target alone), changing k mid-generation and probing: lossless all the way."""
     d, t, pair = cross
     prompt = "def fibonacci(n):\n"
-    ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=32)
-    alone = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=32,
-                                 draft_length=FixedK(0))
+    ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=32)
+    alone = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), max_new_tokens=32,
+                                 k=FixedK(0))
     assert alone.token_ids == ref.token_ids and alone.metrics["proposed"] == 0
     assert alone.metrics["target_forwards"] == len(ref.token_ids)
 
@@ -108,8 +109,8 @@ def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
             return self.k
 
     for dl in (Zigzag(0), CostModelK(CHEAP, reached=[10], accepted=[9])):
-        got = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8), max_new_tokens=32,
-                                   draft_length=dl)
+        got = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), max_new_tokens=32,
+                                   k=dl)
         assert got.token_ids == ref.token_ids
 
 
@@ -147,10 +148,10 @@ def test_copies_mixed_with_drafts_keep_greedy_output_the_targets(cross):
 
     d, t, pair = cross
     prompt = "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny ="
-    ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=32)
+    ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=32)
     rounds = []
-    got = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=32,
-                               lookup=LookupConfig(min_match=2), on_round=rounds.append)
+    got = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4),
+                               max_new_tokens=32, lookup=LookupConfig(min_match=2), on_round=rounds.append)
     kinds = got.metrics["rounds_by_kind"]
     assert got.token_ids == ref.token_ids
     assert kinds["lookup"]["rounds"] > 0 and sum(k["rounds"] for k in kinds.values()) == len(rounds)

@@ -23,8 +23,10 @@ import pytest
 import torch
 from scipy import optimize, stats
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_speculative
 from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
+from omnidraft.decode.target import LocalTarget
 from omnidraft.translate.state import PairState
 from omnidraft.sampling import SamplingConfig, probs
 from omnidraft.propose.config import SpecConfig
@@ -156,8 +158,8 @@ def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampl
     proposed = accepted = copied = 0
     for s in range(draws):
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=s if seeded else None)
-        out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=3), max_new_tokens=3,
-                                   sampling=sampling, verify_mode=mode, lookup=LookupConfig() if copies else None)
+        out = generate_speculative(d, LocalTarget(t, sampling, mode), pair, prompt, cfg=SpecConfig(strategy),
+                                   k=FixedK(3), max_new_tokens=3, lookup=LookupConfig() if copies else None)
         assert out.lossless
         proposed += out.metrics["proposed"]
         accepted += out.metrics["accepted"]

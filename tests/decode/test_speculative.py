@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.decode.draft_length import K_MAX, FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative, stream_speculative
 from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossless
 from omnidraft.translate.state import PairState
@@ -31,8 +32,9 @@ PROMPTS = [
 def test_greedy_equals_target_cross_vocab(cross, strategy, k):
     d, t, pair = cross
     for prompt in PROMPTS:
-        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=24)
-        out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=k), max_new_tokens=24)
+        ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=24)
+        out = generate_speculative(d, LocalTarget(t, SamplingConfig(), default_verify_mode(strategy)), pair, prompt,
+                                   cfg=SpecConfig(strategy), k=FixedK(k), max_new_tokens=24)
         assert out.token_ids == ref.token_ids, prompt
         assert out.metrics["new_tokens"] == len(ref.token_ids)
 
@@ -41,9 +43,9 @@ def test_greedy_equals_target_cross_vocab(cross, strategy, k):
 def test_greedy_equals_target_with_confidence_stop(cross, confidence):
     d, t, pair = cross
     for prompt in PROMPTS[:3]:
-        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=20)
-        out = generate_speculative(d, t, pair, prompt, max_new_tokens=20,
-                                   cfg=SpecConfig("omnidraft", k=10, confidence=confidence))
+        ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=20)
+        out = generate_speculative(d, LocalTarget(t), pair, prompt, max_new_tokens=20,
+                                   cfg=SpecConfig("omnidraft", confidence=confidence), k=FixedK(K_MAX))
         assert out.token_ids == ref.token_ids
 
 
@@ -53,8 +55,8 @@ def test_greedy_identity_pair_accepts_everything(qwen_tok):
     model = tiny("qwen2", vocab_len(qwen_tok), seed=3)
     d, t = CausalLM(model), CausalLM(model)
     pair = PairState(qwen_tok, qwen_tok, d.vocab_size, t.vocab_size)
-    ref = generate_ar(t, qwen_tok, PROMPTS[0], max_new_tokens=30)
-    out = generate_speculative(d, t, pair, PROMPTS[0], cfg=SpecConfig("omnidraft", k=4),
+    ref = generate_ar(LocalTarget(t), qwen_tok, PROMPTS[0], max_new_tokens=30)
+    out = generate_speculative(d, LocalTarget(t), pair, PROMPTS[0], cfg=SpecConfig("omnidraft"), k=FixedK(4),
                                max_new_tokens=30)
     assert out.token_ids == ref.token_ids
     m = out.metrics
@@ -63,7 +65,7 @@ def test_greedy_identity_pair_accepts_everything(qwen_tok):
 
 def test_stop_token_and_budget(cross):
     d, t, pair = cross
-    out = generate_speculative(d, t, pair, PROMPTS[1], cfg=SpecConfig("omnidraft", k=3),
+    out = generate_speculative(d, LocalTarget(t), pair, PROMPTS[1], cfg=SpecConfig("omnidraft"), k=FixedK(3),
                                max_new_tokens=7)
     assert len(out.token_ids) == 7
 
@@ -99,13 +101,13 @@ def test_empty_proposals_under_every_mode(smollm_tok, qwen_tok, bigram_cross, st
     _, t, pair = bigram_cross
     d = BigramLM(pair.vmap.d2t.shape[0], {UNTRANSLATABLE: 30.0}, seed=3)
     for sampling in (SamplingConfig(), SamplingConfig(temperature=1.0, seed=1)):
-        out = generate_speculative(d, t, pair, "def f(x):", cfg=SpecConfig(strategy, k=4),
-                                   max_new_tokens=8, sampling=sampling, verify_mode=mode)
+        out = generate_speculative(d, LocalTarget(t, sampling, mode), pair, "def f(x):", cfg=SpecConfig(strategy),
+                                   k=FixedK(4), max_new_tokens=8)
         assert len(out.token_ids) == 8
         if strategy not in ("slrs", "tli", "lookup"):  # slrs drafts target tokens from the string
             assert out.metrics["proposed"] == 0  # distribution; tli drafts mapped tokens only; lookup copies
         if sampling.greedy:
-            ref = generate_ar(t, pair.target_tok, "def f(x):", max_new_tokens=8)
+            ref = generate_ar(LocalTarget(t), pair.target_tok, "def f(x):", max_new_tokens=8)
             assert out.token_ids == ref.token_ids
 
 
@@ -116,16 +118,18 @@ def test_identity_pair_accepts(qwen_tok, strategy):
     v = vocab_len(qwen_tok)
     lm = BigramLM(v, {i: 0.5 for i in range(200, 230)}, seed=5, noise=2.0)
     pair = PairState(qwen_tok, qwen_tok, v, v)
-    out = generate_speculative(lm, lm, pair, "def add(a, b):", cfg=SpecConfig(strategy, k=4), max_new_tokens=24)
-    assert out.token_ids == generate_ar(lm, qwen_tok, "def add(a, b):", max_new_tokens=24).token_ids
+    out = generate_speculative(lm, LocalTarget(lm, SamplingConfig(), default_verify_mode(strategy)), pair,
+                               "def add(a, b):", cfg=SpecConfig(strategy), k=FixedK(4), max_new_tokens=24)
+    assert out.token_ids == generate_ar(LocalTarget(lm), qwen_tok, "def add(a, b):", max_new_tokens=24).token_ids
     assert out.metrics["acceptance_rate"] >= 0.5, out.metrics
 
 
 def test_interleaved_generations_on_shared_models_are_each_the_targets(cross):
     d, t, pair = cross
     prompts = PROMPTS[:2]
-    refs = [generate_ar(t, pair.target_tok, p, max_new_tokens=16).token_ids for p in prompts]
-    gens = [stream_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=3), max_new_tokens=16)
+    target = LocalTarget(t)  # over an eager model: each generation verifies on a fork of its own
+    refs = [generate_ar(target, pair.target_tok, p, max_new_tokens=16).token_ids for p in prompts]
+    gens = [stream_speculative(d, target, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=16)
             for p in prompts]
     results = [None, None]
     while any(r is None for r in results):
@@ -138,17 +142,24 @@ def test_interleaved_generations_on_shared_models_are_each_the_targets(cross):
     assert [r.token_ids for r in results] == refs
 
 
+class _OneCache(CausalLM):
+    """An in-process model that cannot fork (as an exported program holds its one cache)."""
+
+    fork = None
+
+
 def test_a_target_session_in_use_is_refused_clearly(cross):
     d, t, pair = cross
-    shared = LocalTarget(CausalLM(t.model), SamplingConfig(), "point-mass")
-    first = stream_speculative(d, shared, pair, "x = 1", cfg=SpecConfig("omnidraft", k=3), max_new_tokens=8)
+    shared = LocalTarget(_OneCache(t.model), SamplingConfig(), "point-mass")
+    assert shared.fork() is None
+    first = stream_speculative(d, shared, pair, "x = 1", cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=8)
     next(first)
-    second = stream_speculative(d, shared, pair, "y = 2", cfg=SpecConfig("omnidraft", k=3), max_new_tokens=8)
+    second = stream_speculative(d, shared, pair, "y = 2", cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=8)
     with pytest.raises(OmniDraftError, match="already in use"):
         next(second)
     first.close()  # releases it
-    again = generate_speculative(d, shared, pair, "y = 2", cfg=SpecConfig("omnidraft", k=3), max_new_tokens=8)
-    assert again.token_ids == generate_ar(t, pair.target_tok, "y = 2", max_new_tokens=8).token_ids
+    again = generate_speculative(d, shared, pair, "y = 2", cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=8)
+    assert again.token_ids == generate_ar(LocalTarget(t), pair.target_tok, "y = 2", max_new_tokens=8).token_ids
 
 
 @pytest.mark.parametrize("strategy", SPECULATIVE)
@@ -160,12 +171,13 @@ def test_generation_ends_where_ar_ends_at_the_context_window(smollm_tok, qwen_to
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=2, max_position_embeddings=40))
     pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
     prompt = "for i in range(10):\n    print(i)\n"
-    ref = generate_ar(t, qwen_tok, prompt, max_new_tokens=100)
+    ref = generate_ar(LocalTarget(t), qwen_tok, prompt, max_new_tokens=100)
     assert len(ref.token_ids) + len(qwen_tok(prompt)["input_ids"]) == 40
-    out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=k), max_new_tokens=100)
+    target = LocalTarget(t, SamplingConfig(), default_verify_mode(strategy))
+    out = generate_speculative(d, target, pair, prompt, cfg=SpecConfig(strategy), k=FixedK(k), max_new_tokens=100)
     assert out.token_ids == ref.token_ids
     d_wide = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=1))
-    out = generate_speculative(d_wide, t, pair, prompt, cfg=SpecConfig(strategy, k=k), max_new_tokens=100)
+    out = generate_speculative(d_wide, target, pair, prompt, cfg=SpecConfig(strategy), k=FixedK(k), max_new_tokens=100)
     assert out.token_ids == ref.token_ids
 
 
@@ -173,10 +185,11 @@ def test_greedy_and_sampling_leave_the_callers_rng_alone(cross):
     d, t, pair = cross
     torch.manual_seed(7)
     state = torch.get_rng_state()
-    generate_ar(t, pair.target_tok, "x", max_new_tokens=4)
-    generate_ar(t, pair.target_tok, "x", max_new_tokens=4, sampling=SamplingConfig(temperature=1.0))
+    generate_ar(LocalTarget(t), pair.target_tok, "x", max_new_tokens=4)
+    generate_ar(LocalTarget(t, SamplingConfig(temperature=1.0)), pair.target_tok, "x", max_new_tokens=4)
     for sampling in (SamplingConfig(), SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, seed=3)):
-        generate_speculative(d, t, pair, "x", cfg=SpecConfig("tli", k=3), max_new_tokens=4, sampling=sampling)
+        generate_speculative(d, LocalTarget(t, sampling, default_verify_mode("tli")), pair, "x", cfg=SpecConfig("tli"),
+                             k=FixedK(3), max_new_tokens=4)
     assert torch.equal(torch.get_rng_state(), state)
 
 
@@ -213,9 +226,10 @@ def test_local_target_validates_before_touching_its_cache(cross):
 def test_results_and_json_say_lossless(cross):
     d, t, pair = cross
     t1 = SamplingConfig(temperature=1.0, seed=0)
-    exact = generate_speculative(d, t, pair, "x", cfg=SpecConfig("omnidraft", k=3), max_new_tokens=4, sampling=t1)
-    approx = generate_speculative(d, t, pair, "x", cfg=SpecConfig("omnidraft", k=3), max_new_tokens=4,
-                                  sampling=t1, verify_mode="rejection")
+    exact = generate_speculative(d, LocalTarget(t, t1, default_verify_mode("omnidraft")), pair, "x",
+                                 cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=4)
+    approx = generate_speculative(d, LocalTarget(t, t1, "rejection"), pair, "x", cfg=SpecConfig("omnidraft"),
+                                  k=FixedK(3), max_new_tokens=4)
     assert (exact.lossless, exact.metrics["verify"]) == (True, "point-mass")
     assert (approx.lossless, approx.metrics["verify"]) == (False, "rejection")
 
@@ -225,7 +239,8 @@ def test_position_acceptance_counts_each_position_given_the_ones_before(cross):
     positions 0..i-1 accepted (what the cost model's per-position rates are); position 0 is
     reached by every round that proposed anything, so its rate ties to the overall counts."""
     d, t, pair = cross
-    out = generate_speculative(d, t, pair, PROMPTS[0], cfg=SpecConfig("omnidraft", k=4), max_new_tokens=30)
+    out = generate_speculative(d, LocalTarget(t), pair, PROMPTS[0], cfg=SpecConfig("omnidraft"), k=FixedK(4),
+                               max_new_tokens=30)
     m = out.metrics
     rates = m["position_acceptance"]
     assert rates and all(0.0 <= r <= 1.0 for r in rates) and len(rates) <= 5
@@ -284,7 +299,7 @@ def test_rounds_without_a_draft_reach_the_drafter_before_it_drafts_and_by_the_en
     def committed_bytes(ids) -> bytes:
         return b"".join(vm.target_bytes[i] or b"" for i in ids)
 
-    inner = get("omnidraft").proposer(pair, d.fork(), SamplingConfig(), SpecConfig("omnidraft", k=3), None)
+    inner = get("omnidraft").proposer(pair, d.fork(), SamplingConfig(), SpecConfig("omnidraft"), None)
     seen: list[tuple[bytes, bytes]] = []
 
     class Spy:
@@ -306,7 +321,7 @@ def test_rounds_without_a_draft_reach_the_drafter_before_it_drafts_and_by_the_en
     rounds = list(decode(Spy(), LocalTarget(t.fork(), SamplingConfig()), ctx, encode_prompt(pair.target_tok, prompt, chat=False),
                          k=schedule, max_new_tokens=20, stop=set()))
     out = [i for r in rounds for i in r.committed]
-    assert out == generate_ar(t, pair.target_tok, prompt, max_new_tokens=20).token_ids
+    assert out == generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=20).token_ids
     assert len(seen) >= 2 and all(drafter == target for drafter, target in seen)
     assert len(rounds) > len(seen) and spelled(ctx) == committed_bytes(out)
     # the draft length is told the drafter's catch-up: the whole prompt until it first drafts,

@@ -10,8 +10,12 @@ import pytest
 import torch
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.modes import default_verify_mode
+from omnidraft.decode.target import LocalTarget
 from omnidraft.propose.config import SpecConfig
+from omnidraft.sampling import SamplingConfig
 
 from ..conftest import once_per_run, tiny, vocab_len
 
@@ -146,11 +150,12 @@ def test_speculative_on_program_equals_target(exported, cross):
     assert d.vocab_size == base.config.vocab_size
     eager = ExecuTorchLM(root / "prog")
     for prompt in ("def fibonacci(n):\n", "The Eiffel Tower is in"):
-        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=20)
-        for cfg in (SpecConfig("omnidraft", k=4), SpecConfig("tli", k=3),
-                    SpecConfig("omnidraft", k=8, gamma=0.5)):
-            out = generate_speculative(eager, t, pair, prompt, cfg=cfg, max_new_tokens=20)
-            assert out.token_ids == ref.token_ids, (prompt, cfg)
+        ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=20)
+        for cfg, k in ((SpecConfig("omnidraft"), 4), (SpecConfig("tli"), 3),
+                       (SpecConfig("omnidraft", gamma=0.5), 8)):
+            target = LocalTarget(t, SamplingConfig(), default_verify_mode(cfg.strategy))
+            out = generate_speculative(eager, target, pair, prompt, cfg=cfg, k=FixedK(k), max_new_tokens=20)
+            assert out.token_ids == ref.token_ids, (prompt, cfg, k)
 
 
 def test_clear_errors(exported, tmp_path):
@@ -178,16 +183,16 @@ def test_clear_errors(exported, tmp_path):
     with pytest.raises(OmniDraftError, match="ExportConfig.quant"):
         ExportConfig(drafter="x", quant="int3")
     with pytest.raises(OmniDraftError, match="greedy token only"):
-        from omnidraft.sampling import SamplingConfig
         from omnidraft.propose.drafter import Drafter
 
-        Drafter(lm, SamplingConfig(temperature=0.8), None).stop_rule(SpecConfig("omnidraft", k=8, gamma=0.5))
+        Drafter(lm, SamplingConfig(temperature=0.8), None).stop_rule(SpecConfig("omnidraft", gamma=0.5))
 
 
 def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smollm_tok, tmp_path, monkeypatch):
     from omnidraft import Session
     from omnidraft.export.layout import program_dir
     from omnidraft.models.eager import CausalLM
+    from omnidraft.pairs.settings import Runtime
 
     from ..conftest import save_tiny
 
@@ -196,11 +201,11 @@ def test_session_on_program_picks_up_published_adapters(exported, qwen_tok, smol
     drafter = str(save_tiny(base, smollm_tok, tmp_path / "drafter"))
     target = str(save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=2), qwen_tok, tmp_path / "target"))
     shutil.copytree(root / "prog", program_dir(drafter, "fp32", 96))
-    s = Session(drafter, target, target_dtype="fp32", drafter_runtime="executorch", quant="fp32",
-                max_seq=96, gamma=0.5)
-    t = CausalLM(s.target.model)
+    s = Session(drafter, target, spec=SpecConfig("omnidraft", gamma=0.5),
+                runtime=Runtime(drafter="executorch", quant="fp32", max_seq=96, dtype="fp32"))
+    t = CausalLM(s.target_model.model)
     prompt = "def add(a, b):\n"
-    ref = generate_ar(t, qwen_tok, prompt, max_new_tokens=16)
+    ref = generate_ar(LocalTarget(t), qwen_tok, prompt, max_new_tokens=16)
     assert s.generate(prompt, max_new_tokens=16).token_ids == ref.token_ids and s.version is None
     before = s.drafter.prefill([1, 2, 3]).logits.clone()
     v1 = _adapter_version(*versions[0], tmp_path / "home" / "adapters", s.spec.name, seed=1)

@@ -8,9 +8,13 @@ import copy
 import pytest
 import torch
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.modes import default_verify_mode
+from omnidraft.decode.target import LocalTarget
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.config import SpecConfig
+from omnidraft.sampling import SamplingConfig
 
 from ..conftest import once_per_run, tiny, vocab_len
 
@@ -131,10 +135,11 @@ def test_greedy_speculative_through_program_equals_its_own_greedy(quant, target_
     d, _, pair = cross
     target = ExecuTorchLM(out)
     for prompt in ("def fibonacci(n):\n", "The Eiffel Tower is in"):
-        ref = generate_ar(target, pair.target_tok, prompt, max_new_tokens=24)
-        for cfg in (SpecConfig("omnidraft", k=3), SpecConfig("tli", k=5), SpecConfig("slem", k=4)):
-            got = generate_speculative(d, target, pair, prompt, cfg=cfg, max_new_tokens=24)
-            assert got.token_ids == ref.token_ids, (prompt, cfg)
+        ref = generate_ar(LocalTarget(target), pair.target_tok, prompt, max_new_tokens=24)
+        for cfg, k in ((SpecConfig("omnidraft"), 3), (SpecConfig("tli"), 5), (SpecConfig("slem"), 4)):
+            verifier = LocalTarget(target, SamplingConfig(), default_verify_mode(cfg.strategy))
+            got = generate_speculative(d, verifier, pair, prompt, cfg=cfg, k=FixedK(k), max_new_tokens=24)
+            assert got.token_ids == ref.token_ids, (prompt, cfg, k)
 
 
 def test_a_generation_keeps_the_prompt_prefix_the_program_holds(quantised_target, cross):
@@ -149,13 +154,13 @@ def test_a_generation_keeps_the_prompt_prefix_the_program_holds(quantised_target
     first, second = "def fibonacci(n):\n    return", "def fibonacci(n):\n    if n"
     ids = pair.target_tok(second)["input_ids"]
     shared = next(i for i, (a, b) in enumerate(zip(pair.target_tok(first)["input_ids"], ids)) if a != b)
-    fresh = generate_ar(target, pair.target_tok, second, max_new_tokens=12).token_ids
+    fresh = generate_ar(LocalTarget(target), pair.target_tok, second, max_new_tokens=12).token_ids
     fed = []
     target.method = _Recorded(target.method, fed)
-    for run in (lambda: generate_ar(target, pair.target_tok, second, max_new_tokens=12),
-                lambda: generate_speculative(d, target, pair, second, cfg=SpecConfig("omnidraft", k=3),
-                                             max_new_tokens=12)):
-        generate_ar(target, pair.target_tok, first, max_new_tokens=12)
+    for run in (lambda: generate_ar(LocalTarget(target), pair.target_tok, second, max_new_tokens=12),
+                lambda: generate_speculative(d, LocalTarget(target), pair, second, cfg=SpecConfig("omnidraft"),
+                                             k=FixedK(3), max_new_tokens=12)):
+        generate_ar(LocalTarget(target), pair.target_tok, first, max_new_tokens=12)
         fed.clear()
         assert run().token_ids == fresh
         assert fed[0] == len(ids) - shared and shared >= 5

@@ -15,6 +15,7 @@ import pytest
 import torch
 from scipy import stats
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_speculative
 from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.text import drained
@@ -55,7 +56,7 @@ def test_greedy_output_is_the_engines_own(engine):
                                         add_generation_prompt=True)
         own = _complete(engine, {"prompt": text, "max_tokens": 32, "temperature": 0, "logprobs": 1, **NEUTRAL})
         target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(), eos_ids={ttok.eos_token_id})
-        out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
+        out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4),
                                    max_new_tokens=32, chat=True)
         assert [target.wire.pieces.text[i] for i in out.token_ids] == own["logprobs"]["tokens"], prompt
         assert out.metrics["accepted"] > 0

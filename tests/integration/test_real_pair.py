@@ -7,11 +7,15 @@ import copy
 import pytest
 import torch
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.modes import default_verify_mode
+from omnidraft.decode.target import LocalTarget
 from omnidraft.models.loading import load_model, load_tokenizer
 from omnidraft.translate.state import PairState
 from omnidraft.prompts import humaneval
 from omnidraft.propose.config import SpecConfig
+from omnidraft.sampling import SamplingConfig
 
 pytestmark = pytest.mark.integration  # on one pytest-xdist worker (conftest.ONE_WORKER): its fixtures once
 
@@ -35,7 +39,7 @@ def own_greedy(real_pair):
     def get(i: int) -> tuple[str, list[int]]:
         if i not in done:
             prompt = humaneval(limit=1, start=i)[0]
-            done[i] = prompt, generate_ar(t, pair.target_tok, prompt, max_new_tokens=NEW_TOKENS).token_ids
+            done[i] = prompt, generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=NEW_TOKENS).token_ids
         return done[i]
 
     return get
@@ -43,7 +47,7 @@ def own_greedy(real_pair):
 
 def test_generate_sensible_code(real_pair):
     _, t, pair = real_pair
-    out = generate_ar(t, pair.target_tok, "def fibonacci(n):", max_new_tokens=32)
+    out = generate_ar(LocalTarget(t), pair.target_tok, "def fibonacci(n):", max_new_tokens=32)
     assert "return" in out.text and "n" in out.text and out.text.startswith("\n")
 
 
@@ -54,8 +58,8 @@ def test_greedy_equals_target_on_humaneval(real_pair, own_greedy, strategy, prom
     totals = {"proposed": 0, "accepted": 0}
     for i in range(prompts):
         prompt, own = own_greedy(i)
-        out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=4),
-                                   max_new_tokens=NEW_TOKENS)
+        out = generate_speculative(d, LocalTarget(t, SamplingConfig(), default_verify_mode(strategy)), pair, prompt,
+                                   cfg=SpecConfig(strategy), k=FixedK(4), max_new_tokens=NEW_TOKENS)
         assert out.token_ids == own, prompt
         totals["proposed"] += out.metrics["proposed"]
         totals["accepted"] += out.metrics["accepted"]
@@ -103,5 +107,6 @@ def test_exported_fp32_drafter_on_the_real_pair(real_pair, own_greedy, tmp_path)
     print(f"fp32 program vs eager: max logit diff {diff:.2e}")
     assert diff <= 1e-3
     prompt, own = own_greedy(0)
-    out = generate_speculative(lm, t, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=NEW_TOKENS)
+    out = generate_speculative(lm, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4),
+                               max_new_tokens=NEW_TOKENS)
     assert out.token_ids == own, prompt

@@ -1,7 +1,7 @@
 """The demo's claims: its shown prompts are unseen by pairing, and it calls a round an
 improvement only when the drafter measurably caused one."""
 
-from omnidraft.jobs.demo import _verdict, held_out_prompts
+from omnidraft.jobs.demo import _verdict, copy_work, held_out_prompts
 from omnidraft.jobs.pairing import builtin_prompts
 
 ROUND = {"record_ids": list(range(16))}
@@ -9,13 +9,15 @@ ROUND = {"record_ids": list(range(16))}
 
 def phase(ratio: float, proposed: int, accepted: int, alone: float = 30.0) -> dict:
     """One phase's totals as the demo keeps them: before (``ratio``) and after (tokens/s)."""
-    return {"pair": ratio * alone, "ratio": ratio, "tokens_per_forward": 1.0 + accepted / 40 if proposed else 1.0,
+    return {"speedup": ratio, "tokens_per_target_forward": 1.0 + accepted / 40 if proposed else 1.0,
             "tokens_per_s": ratio * alone, "ar_tokens_per_s": alone, "proposed": proposed, "accepted": accepted}
 
 
 def test_the_demo_shows_prompts_the_pairing_did_not_see():
-    shown = held_out_prompts(6)
+    shown, work = held_out_prompts(6), copy_work(6)
     assert len(shown) == 6 and not set(shown) & set(builtin_prompts())
+    assert len(set(work)) == 6 and not set(work) & set(builtin_prompts() + shown)
+    assert "```python" in work[0] and "Read this passage" in work[1] and "\n\n" in work[2]  # edit, quote, rewrite
 
 
 def test_a_drafter_that_accepts_more_and_pays_is_an_improvement():

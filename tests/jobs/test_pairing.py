@@ -2,15 +2,16 @@
 interleaved per prompt on the same prompt ids, and reports both ratios."""
 
 from omnidraft.decode.text import encode_prompt
-from omnidraft.jobs.pairing import format_report, measure
+from omnidraft.jobs.compare import measure
+from omnidraft.jobs.pairing import format_report
 
-from ..test_session import PROMPTS, home, models  # noqa: F401 - fixtures
+from ..test_session import FP32, PROMPTS, home, models  # noqa: F401 - fixtures
 
 
 def test_calibration_reports_the_pair_against_llama_cpp_on_the_same_prompts(home, models):  # noqa: F811
     from omnidraft import Session
 
-    s = Session(*models, target_dtype="fp32", log=False, k=2)
+    s = Session(*models, runtime=FP32, log=False, k=2)
     seen = []
 
     def llama(ids, new):
@@ -26,7 +27,7 @@ def test_calibration_reports_the_pair_against_llama_cpp_on_the_same_prompts(home
               "vocabulary": {"drafter": 1, "target": 1, "shared": 1, "shared_of_drafter": 1.0, "shared_of_target": 1.0},
               "ngrams": {"seeded": 0, "learned": 0}, "runtimes": {"drafter": "eager", "target": "eager"}}
     assert f"vs llama.cpp alone 20.00 tokens/s ({c['vs_llamacpp']:.2f}x)" in format_report(report)
-    s = Session(*models, target_dtype="fp32", log=False, k=2)
+    s = Session(*models, runtime=FP32, log=False, k=2)
     without = measure(s, PROMPTS[:1], max_new_tokens=4, ar=True, say=lambda *a, **k: None)
     s.close()
     assert "vs_llamacpp" not in without

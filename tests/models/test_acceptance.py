@@ -12,7 +12,9 @@ from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.adapters import AdapterStore
 from omnidraft.errors import OmniDraftError
+from omnidraft.decode.draft_length import K_MAX, FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.target import LocalTarget
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer, head_batch
 from omnidraft.train.records import Record
 from omnidraft.propose.config import SpecConfig
@@ -30,16 +32,39 @@ def setup(smollm_tok, qwen_tok):
 
 
 def test_stop_rule_on_literal_probabilities():
-    r = StopRule(gamma=0.5, min_k=1, max_k=8)
+    r = StopRule(gamma=0.5, min_k=1)
     assert [r.update(p) for p in (0.9, 0.8, 0.6)] == [False, False, True]  # 1-.9, 1-.72, 1-.432
     r.reset()
     assert r.update(0.4)  # 1 - 0.4 = 0.6 > 0.5 right away
-    r = StopRule(gamma=0.5, min_k=2, max_k=3)
+    r = StopRule(gamma=0.5, min_k=2)
     assert [r.update(p) for p in (0.1, 0.99)] == [False, True]  # min_k holds the first back
-    r = StopRule(gamma=0.9, min_k=1, max_k=3)
-    assert [r.update(1.0) for _ in range(3)] == [False, False, True]  # max_k always stops
-    r = StopRule(gamma=0.3, min_k=1, max_k=8)
+    r = StopRule(gamma=0.9, min_k=1)
+    assert [r.update(1.0) for _ in range(K_MAX)] == [False] * K_MAX  # no cap of its own: the round's k is it
+    r = StopRule(gamma=0.3, min_k=1)
     assert [r.update(p) for p in (0.8, 0.8)] == [False, True]  # 0.2 <= 0.3, then 0.36 > 0.3
+
+
+def test_the_rounds_k_ends_a_draft_the_stop_rule_would_go_on_with(setup):
+    """A head sure of every token never stops a draft: the drafter drafts exactly the round's k."""
+    from omnidraft.propose.base import DraftState
+    from omnidraft.propose.registry import get
+    from omnidraft.sampling import SamplingConfig
+    from omnidraft.translate.reverse import DraftContext
+
+    d, t, pair, _ = setup
+
+    class Sure:  # an acceptance head: P(accept) = 1 for every draft token
+        def accept_prob(self, hidden, embedding):
+            return 1.0
+
+    cfg = SpecConfig("omnidraft", gamma=0.9)
+    for prompt in PROMPTS[:2]:
+        for k in (1, 3, K_MAX):
+            proposer = get("omnidraft").proposer(pair, d.fork(), SamplingConfig(), cfg, Sure())
+            ctx = DraftContext(pair.draft_tok, pair.vmap, pair.draft_tok.encode(prompt))
+            state = DraftState(ctx, pair.target_tok.encode(prompt), needs_q=False, target_vocab=t.vocab_size)
+            prop = proposer.propose(state, k)
+            assert len(prop.drafts) == prop.drafter_forwards == k, (prompt, k, prop.drafts)
 
 
 def test_weighted_bce_by_hand():
@@ -151,14 +176,16 @@ def test_adaptive_drafting_keeps_greedy_output(setup):
     head = AcceptanceHead(d.config.hidden_size, width=32).eval()
     torch.nn.init.normal_(head.out.weight, std=2.0)  # P(accept) spread over (0, 1)
     for prompt in PROMPTS[:4]:
-        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=40).token_ids
+        ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=40).token_ids
         for gamma in (0.3, 0.7):
-            res = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8, gamma=gamma),
-                                       max_new_tokens=40, head=head)
+            res = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft", gamma=gamma),
+                                       k=FixedK(8), max_new_tokens=40, head=head)
             assert res.token_ids == ref
-    fixed = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("omnidraft", k=8), max_new_tokens=40).raw
+    fixed = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(8),
+                                 max_new_tokens=40).raw
     assert res.raw.proposed / res.raw.steps < fixed.proposed / fixed.steps  # the head cut drafts short
     with pytest.raises(OmniDraftError, match="acceptance head"):
-        generate_speculative(d, t, pair, "x", cfg=SpecConfig("omnidraft", k=8, gamma=0.5), max_new_tokens=4)
+        generate_speculative(d, LocalTarget(t), pair, "x", cfg=SpecConfig("omnidraft", gamma=0.5), k=FixedK(8),
+                             max_new_tokens=4)
     with pytest.raises(OmniDraftError, match="HeadConfig.width"):
         HeadConfig(width=4)

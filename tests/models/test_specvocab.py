@@ -3,10 +3,14 @@ SpecVocab drafter, and the ranking loss."""
 
 import torch
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.modes import default_verify_mode
+from omnidraft.decode.target import LocalTarget
 from omnidraft.translate.state import PairState
 from omnidraft.models.eager import CausalLM
 from omnidraft.propose.config import SpecConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.models.specvocab import SpecVocabHead, SpecVocabLM, ranking_loss
 
 from ..conftest import tiny, vocab_len
@@ -40,9 +44,11 @@ def test_speculative_output_is_the_targets_with_a_specvocab_drafter(smollm_tok, 
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=4))
     pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
     for prompt in ["def add(a, b):\n", "Bonjour, je"]:
-        ref = generate_ar(t, qwen_tok, prompt, max_new_tokens=20)
+        ref = generate_ar(LocalTarget(t), qwen_tok, prompt, max_new_tokens=20)
         for strategy in ("tli", "omnidraft"):
-            out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=4), max_new_tokens=20)
+            target = LocalTarget(t, SamplingConfig(), default_verify_mode(strategy))
+            out = generate_speculative(d, target, pair, prompt, cfg=SpecConfig(strategy), k=FixedK(4),
+                                       max_new_tokens=20)
             assert out.token_ids == ref.token_ids
 
 
@@ -63,13 +69,15 @@ def test_ranking_loss_trains_the_ranker():
 
 
 def test_online_trainer_trains_the_ranker_alongside(smollm_tok, qwen_tok):
+    from omnidraft.train.records import build_record
     from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
     d = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=5))
     t = CausalLM(tiny("qwen2", vocab_len(qwen_tok), seed=6))
     pair = PairState(smollm_tok, qwen_tok, d.vocab_size, t.vocab_size)
-    recs = [generate_speculative(d, t, pair, p, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=30,
-                                 record_topk=64).record for p in ["def f(x):\n", "Hello there", "x = 1\n"]]
+    recs = [build_record(pair.vmap, generate_speculative(d, LocalTarget(t), pair, p, cfg=SpecConfig("omnidraft"),
+                                                         k=FixedK(4), max_new_tokens=30, record_topk=64).verified)
+            for p in ["def f(x):\n", "Hello there", "x = 1\n"]]
     sv = SpecVocabLM(d.model, k=64)
     cfg = TrainConfig(update_interval=3)
     trainer = OnlineTrainer(attach_lora(d.model, cfg), cfg, ranker=sv.ranker)

@@ -39,7 +39,7 @@ def test_every_proposer_keeps_the_protocol(cross, strategy, needs_q):
     it, the drafter forwards counted (none for copies from the context), and ``observe``
     accepting the committed ids."""
     d, t, pair = cross
-    proposer = get(strategy).proposer(pair, d.fork(), T1, SpecConfig(strategy, k=4))
+    proposer = get(strategy).proposer(pair, d.fork(), T1, SpecConfig(strategy))
     state = _state(pair, "def add(a, b):\n", needs_q, t.vocab_size)
     prop = proposer.propose(state, 4)
     m = len(prop.target_ids)
@@ -92,14 +92,15 @@ def test_a_new_strategy_is_one_class_and_one_registry_line(cross, monkeypatch):
                      exact_q=False, summary="repeat the last token")
     monkeypatch.setitem(registry.REGISTRY, "repeat", entry)
     for prompt in ("aaaa", "def f(x):\n"):
-        ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=16)
-        out = generate_speculative(d, t, pair, prompt, cfg=SpecConfig("repeat", k=3), max_new_tokens=16)
+        ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=16)
+        out = generate_speculative(d, LocalTarget(t, SamplingConfig(), default_verify_mode("repeat")), pair, prompt,
+                                   cfg=SpecConfig("repeat"), k=FixedK(3), max_new_tokens=16)
         assert out.token_ids == ref.token_ids
         assert out.metrics["proposed"] > 0 and out.metrics["strategy"] == "repeat"
     assert default_verify_mode("repeat") == "point-mass"
     assert is_lossless("repeat", "point-mass", T1) and not is_lossless("repeat", "rejection", T1)
-    assert generate_speculative(d, t, pair, "x", cfg=SpecConfig("repeat", k=3), max_new_tokens=6,
-                                sampling=T1).lossless
+    assert generate_speculative(d, LocalTarget(t, T1, default_verify_mode("repeat")), pair, "x",
+                                cfg=SpecConfig("repeat"), k=FixedK(3), max_new_tokens=6).lossless
 
 
 def test_rounds_fold_into_the_result(cross):
@@ -108,13 +109,13 @@ def test_rounds_fold_into_the_result(cross):
     cover exactly the committed positions."""
     d, t, pair = cross
     prompt = "for i in range(10):\n"
-    ref = generate_ar(t, pair.target_tok, prompt, max_new_tokens=20).token_ids
-    cfg = SpecConfig("omnidraft", k=4)
+    ref = generate_ar(LocalTarget(t), pair.target_tok, prompt, max_new_tokens=20).token_ids
+    cfg = SpecConfig("omnidraft")
     proposer = get("omnidraft").proposer(pair, d.fork(), SamplingConfig(), cfg)
-    target = LocalTarget(t.fork(), SamplingConfig(), record_topk=8)
+    target = LocalTarget(t.fork(), SamplingConfig())
     ctx = DraftContext(pair.draft_tok, pair.vmap, pair.draft_tok.encode(prompt))
     rounds = list(decode(proposer, target, ctx, pair.target_tok.encode(prompt), k=FixedK(4), max_new_tokens=20,
-                         stop={pair.target_tok.eos_token_id}))
+                         stop={pair.target_tok.eos_token_id}, record_topk=8))
     assert [i for r in rounds for i in r.committed] == ref
     for r in rounds[:-1]:
         assert r.committed == r.proposal.target_ids[: r.verdict.accepted] + [r.verdict.token]

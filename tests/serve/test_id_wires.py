@@ -12,7 +12,9 @@ import pytest
 import torch
 from scipy import stats
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.target import LocalTarget
 from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.config import SpecConfig
@@ -60,10 +62,10 @@ def test_greedy_speculative_output_is_the_targets_own_in_one_request_per_verify(
     drafter = BigramLM(vocab_len(smollm_tok), _favour(smollm_tok), seed=11, noise=0.4, rest_mass=1e-6, name="draft")
     pair = PairState(smollm_tok, qwen_tok, drafter.vocab_size, lm.vocab_size)
     for prompt in PROMPTS:
-        own = generate_ar(lm.fork(), qwen_tok, prompt, max_new_tokens=24, sampling=SamplingConfig())
-        target = _target(stub, qwen_tok, record_topk=8)
-        out = generate_speculative(drafter.fork(), target, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
-                                   max_new_tokens=24, sampling=SamplingConfig())
+        own = generate_ar(LocalTarget(lm.fork(), SamplingConfig()), qwen_tok, prompt, max_new_tokens=24)
+        target = _target(stub, qwen_tok)
+        out = generate_speculative(drafter.fork(), target, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4),
+                                   max_new_tokens=24, record_topk=8)
         assert out.token_ids == own.token_ids, (stub.url, prompt)
         assert out.metrics["accepted"] > 0
         assert target.evaluations == out.metrics["steps"]  # no probe: every proposed token's p is given
@@ -73,7 +75,7 @@ def test_greedy_speculative_output_is_the_targets_own_in_one_request_per_verify(
 
 def test_the_engine_alone_streams_its_own_greedy_output(stub, lm, qwen_tok):
     prompt = qwen_tok(PROMPTS[0], add_special_tokens=False).input_ids
-    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
+    own = generate_ar(LocalTarget(lm.fork(), SamplingConfig()), qwen_tok, PROMPTS[0], max_new_tokens=12)
     alone = _target(stub, qwen_tok).generate_alone(prompt, 12)
     assert alone.text == qwen_tok.decode([t for t in own.token_ids if t != qwen_tok.eos_token_id])
 
@@ -133,7 +135,8 @@ def test_misaligned_prompt_log_probabilities_are_refused(lm, qwen_tok):
 
 def test_an_openai_url_takes_the_engine_it_is_told(stub):
     from omnidraft.pairs.build import load_target
+    from omnidraft.pairs.settings import TargetRef
 
-    target, _ = load_target("openai+" + stub.url, sampling=SamplingConfig(), verify="point-mass", token=TOKEN,
-                            tokenizer="qwen2.5-coder-0.5b", target_engine="vllm")
+    ref = TargetRef("openai+" + stub.url, token=TOKEN, tokenizer="qwen2.5-coder-0.5b", engine="vllm")
+    target, _ = load_target(ref, sampling=SamplingConfig(), verify="point-mass")
     assert isinstance(target.wire, VllmWire)

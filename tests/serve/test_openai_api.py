@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy import stats
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
@@ -62,11 +63,10 @@ def test_greedy_speculative_output_is_the_targets_own(engine, smollm_tok, qwen_t
                        name="draft")
     pair = PairState(smollm_tok, qwen_tok, drafter.vocab_size, lm.vocab_size)
     for prompt in PROMPTS:
-        own = generate_ar(lm.fork(), qwen_tok, prompt, max_new_tokens=24,
-                          sampling=SamplingConfig())
-        target = _target(stub, qwen_tok, record_topk=8)
-        out = generate_speculative(drafter.fork(), target, pair, prompt, cfg=SpecConfig("omnidraft", k=4),
-                                   max_new_tokens=24, sampling=SamplingConfig())
+        own = generate_ar(LocalTarget(lm.fork(), SamplingConfig()), qwen_tok, prompt, max_new_tokens=24)
+        target = _target(stub, qwen_tok)
+        out = generate_speculative(drafter.fork(), target, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4),
+                                   max_new_tokens=24, record_topk=8)
         assert out.token_ids == own.token_ids, prompt
         assert out.metrics["accepted"] > 0
         ids, probs = target.last_rows
@@ -75,7 +75,7 @@ def test_greedy_speculative_output_is_the_targets_own(engine, smollm_tok, qwen_t
 
 def test_the_engine_alone_is_timed_in_one_request(engine, qwen_tok):
     lm, stub = engine
-    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
+    own = generate_ar(LocalTarget(lm.fork(), SamplingConfig()), qwen_tok, PROMPTS[0], max_new_tokens=12)
     before = stub.requests
     alone = _target(stub, qwen_tok).generate_alone(qwen_tok(PROMPTS[0], add_special_tokens=False).input_ids, 12)
     assert alone.tokens == len([t for t in own.token_ids if t != qwen_tok.eos_token_id]) and alone.seconds > 0
@@ -197,18 +197,20 @@ def test_the_local_fallback_continues_when_the_engine_goes_away(qwen_tok, smollm
     target = FallbackTarget(remote, LocalTarget(lm.fork(), SamplingConfig(), stream="fallback"))
     drafter = BigramLM(vocab_len(smollm_tok), _favour(smollm_tok), seed=11, noise=0.4, rest_mass=1e-6)
     pair = PairState(smollm_tok, qwen_tok, drafter.vocab_size, lm.vocab_size)
-    out = generate_speculative(drafter, target, pair, PROMPTS[1], cfg=SpecConfig("omnidraft", k=4),
-                               max_new_tokens=24, sampling=SamplingConfig())
-    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[1], max_new_tokens=24, sampling=SamplingConfig())
+    out = generate_speculative(drafter, target, pair, PROMPTS[1], cfg=SpecConfig("omnidraft"), k=FixedK(4),
+                               max_new_tokens=24)
+    own = generate_ar(LocalTarget(lm.fork(), SamplingConfig()), qwen_tok, PROMPTS[1], max_new_tokens=24)
     assert target.fell_back and out.token_ids == own.token_ids
 
 
-def test_an_openai_url_names_the_target(engine):
+def test_an_openai_url_names_the_target(engine, qwen_tok):
     from omnidraft.pairs.build import load_target
+    from omnidraft.pairs.settings import TargetRef
 
     lm, stub = engine
-    target, tok = load_target("openai+" + stub.url, sampling=SamplingConfig(), verify="point-mass", token=TOKEN,
-                              tokenizer="qwen2.5-coder-0.5b", record_topk=64)
+    target, tok = load_target(TargetRef("openai+" + stub.url, token=TOKEN, tokenizer="qwen2.5-coder-0.5b"),
+                              sampling=SamplingConfig(), verify="point-mass")
+    target.start(qwen_tok(PROMPTS[0], add_special_tokens=False).input_ids, record_topk=64)
     assert isinstance(target, OpenAITarget) and target.model == "stub" and target.record_topk == 20
     assert tok.eos_token_id in target.eos_ids and len(target.eos_ids) >= 1
 
@@ -219,6 +221,7 @@ def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwe
     generate alone (one streamed request, its own output), re-tries the pair every PROBE_EVERY
     generations, and keeps measuring both; a fixed k keeps the pair."""
     from omnidraft import Session
+    from omnidraft.pairs.settings import TargetRef
     from omnidraft.pairs.engine_choice import PROBE_EVERY, EngineChoice
 
     from ..conftest import save_tiny, tiny
@@ -228,22 +231,23 @@ def test_a_session_hands_generation_to_the_engine_while_it_is_faster(engine, qwe
     drafter = str(save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter"))
     url = "openai+" + stub.url
     tok_dir = qwen_tok.name_or_path  # a path: the catalog under the test's own home is empty
-    s = Session(drafter, url, token=TOKEN, target_tokenizer=tok_dir, log=False)
-    own = generate_ar(lm.fork(), qwen_tok, PROMPTS[0], max_new_tokens=12, sampling=SamplingConfig())
+    s = Session(drafter, TargetRef(url, token=TOKEN, tokenizer=tok_dir), log=False)
+    own = generate_ar(LocalTarget(lm.fork(), SamplingConfig()), qwen_tok, PROMPTS[0], max_new_tokens=12)
     text = qwen_tok.decode([t for t in own.token_ids if t != qwen_tok.eos_token_id])
     assert s.generate(PROMPTS[0], max_new_tokens=12).text == text  # not measured yet: the pair
-    assert "engine_alone" not in s.last.metrics and s.engine_choice.pair_tokens_per_s > 0
+    assert "engine" not in s.last.metrics and s.engine_choice.pair_tokens_per_s > 0
     s.engine_choice.measured(pair_tokens_per_s=1.0, engine_tokens_per_s=1000.0)
     before = stub.requests
     pieces = list(s.stream(PROMPTS[0], max_new_tokens=12))
     assert "".join(pieces) == text and len(pieces) > 1  # streamed as the engine sends it
-    assert s.last.metrics["engine_alone"] and s.last.lossless and stub.requests == before + 1
-    again = Session(drafter, url, token=TOKEN, target_tokenizer=tok_dir, log=False)
+    assert s.last.metrics["engine"] == {"name": "openai-api", "url": stub.url, "model": "stub"}
+    assert s.last.lossless and stub.requests == before + 1
+    again = Session(drafter, TargetRef(url, token=TOKEN, tokenizer=tok_dir), log=False)
     assert again.engine_choice.engine_now()  # kept in the pair's folder
     again.engine_choice.since_probe = PROBE_EVERY  # a probe is due: the pair runs, and is measured
-    assert again.generate(PROMPTS[0], max_new_tokens=12).text == text and "engine_alone" not in again.last.metrics
+    assert again.generate(PROMPTS[0], max_new_tokens=12).text == text and "engine" not in again.last.metrics
     assert again.engine_choice.since_probe == 0
-    fixed = Session(drafter, url, token=TOKEN, target_tokenizer=tok_dir, log=False, k=3)
+    fixed = Session(drafter, TargetRef(url, token=TOKEN, tokenizer=tok_dir), log=False, k=3)
     assert fixed.engine_choice is None
     (tmp_path / "bad.json").write_text("{not json")
     assert not EngineChoice.load(tmp_path / "bad.json").engine_now()  # unreadable: the pair runs

@@ -13,6 +13,7 @@ import torch
 import uvicorn
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative, stream_speculative
 from omnidraft.translate.state import PairState
 from omnidraft.serve.remote import FallbackTarget, RemoteTarget
@@ -85,11 +86,11 @@ def server(models):
 def test_remote_verification_equals_in_process(models, server, temperature, mode):
     _, t, _ = models
     sampling = SamplingConfig(temperature=temperature, seed=7)
-    local = LocalTarget(CausalLM(t), sampling, mode, record_topk=8)
-    remote = RemoteTarget(server.url, TOKEN, sampling, mode, record_topk=8)
+    local = LocalTarget(CausalLM(t), sampling, mode)
+    remote = RemoteTarget(server.url, TOKEN, sampling, mode)
     prompt = [100, 200, 300, 400]
-    local.start(prompt)
-    remote.start(prompt)
+    local.start(prompt, record_topk=8)
+    remote.start(prompt, record_topk=8)
     g = torch.Generator().manual_seed(0)
     for _ in range(6):
         proposal = torch.randint(0, 5000, (3,), generator=g).tolist()
@@ -108,9 +109,9 @@ def test_remote_verification_equals_in_process(models, server, temperature, mode
 def test_remote_speculative_generation_equals_target_greedy(models, server):
     d, t, pair = models
     prompt = "def add(a, b):\n"
-    ref = generate_ar(CausalLM(t), pair.target_tok, prompt, max_new_tokens=20)
+    ref = generate_ar(LocalTarget(CausalLM(t)), pair.target_tok, prompt, max_new_tokens=20)
     remote = RemoteTarget(server.url, TOKEN, SamplingConfig())
-    out = generate_speculative(d, remote, pair, prompt, cfg=SpecConfig("omnidraft", k=4), max_new_tokens=20)
+    out = generate_speculative(d, remote, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4), max_new_tokens=20)
     assert out.token_ids == ref.token_ids
     remote.close()
 
@@ -234,7 +235,7 @@ def test_session_cap_expiry_and_rate_limit(models):
 def test_unreachable_cloud_falls_back_to_local(models):
     d, t, pair = models
     prompt = "x = 1\n"
-    ref = generate_ar(CausalLM(t), pair.target_tok, prompt, max_new_tokens=12)
+    ref = generate_ar(LocalTarget(CausalLM(t)), pair.target_tok, prompt, max_new_tokens=12)
     dead = RemoteTarget(f"http://127.0.0.1:{_free_port()}", TOKEN, SamplingConfig(), retries=0, timeout=1)
     with pytest.raises(OmniDraftError, match="unreachable"):
         dead.start([1, 2])
@@ -244,7 +245,7 @@ def test_unreachable_cloud_falls_back_to_local(models):
     # through the decode loop: equal output to the target's own
     dead2 = RemoteTarget(f"http://127.0.0.1:{_free_port()}", TOKEN, SamplingConfig(), retries=0, timeout=1)
     fb = FallbackTarget(dead2, LocalTarget(CausalLM(t), SamplingConfig()))
-    out = generate_speculative(d, fb, pair, prompt, cfg=SpecConfig("omnidraft", k=3), max_new_tokens=12)
+    out = generate_speculative(d, fb, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=12)
     assert out.token_ids == ref.token_ids
 
 
@@ -343,7 +344,8 @@ def test_a_failed_prefill_leaves_no_session(models, monkeypatch):
     from omnidraft.serve.server import OpenIn, SessionManager
 
     manager = SessionManager(models[1], "tiny", ServerLimits())
-    monkeypatch.setattr(LocalTarget, "start", lambda self, ids: (_ for _ in ()).throw(RuntimeError("oom")))
+    monkeypatch.setattr(LocalTarget, "start",
+                        lambda self, ids, record_topk=0: (_ for _ in ()).throw(RuntimeError("oom")))
     with pytest.raises(RuntimeError):
         manager.open(OpenIn(prompt_ids=[1, 2, 3]))
     assert manager.sessions == {} and manager.cache_tokens() == 0
@@ -353,9 +355,9 @@ def test_health_answers_during_a_long_prefill(models, monkeypatch):
     s = Server(models[1], ServerLimits(burst=10_000, rate_per_s=10_000))
     real = LocalTarget.start
 
-    def slow(self, ids):
+    def slow(self, ids, record_topk=0):
         time.sleep(2.0)
-        real(self, ids)
+        real(self, ids, record_topk)
     monkeypatch.setattr(LocalTarget, "start", slow)
     try:
         opener = threading.Thread(target=lambda: s.raw("POST", "/v1/sessions", {"prompt_ids": [1, 2]}))
@@ -422,11 +424,11 @@ def test_client_bounds_and_checks_replies(status, body, error):
 def test_fallback_mid_generation_after_the_session_expires(models, server):
     d, t, pair = models
     prompt = "def add(a, b):\n"
-    ref = generate_ar(CausalLM(t), pair.target_tok, prompt, max_new_tokens=20)
+    ref = generate_ar(LocalTarget(CausalLM(t)), pair.target_tok, prompt, max_new_tokens=20)
     manager = server.app.app.state.manager
     remote = RemoteTarget(server.url, TOKEN, SamplingConfig(), "point-mass")
     fb = FallbackTarget(remote, LocalTarget(CausalLM(t), SamplingConfig(), "point-mass", stream="fallback"))
-    chunks = stream_speculative(d, fb, pair, prompt, cfg=SpecConfig("omnidraft", k=3), max_new_tokens=20)
+    chunks = stream_speculative(d, fb, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(3), max_new_tokens=20)
     next(chunks)  # the first round went through the server
     assert not fb.fell_back
     manager.sessions.clear()  # the server forgets the session: the next verify gets a 404
@@ -444,7 +446,7 @@ def test_remote_reports_the_models_eos_ids(models):
     where `ar` stops."""
     _, t, pair = models
     prompt = "def add(a, b):\n"
-    ref = generate_ar(CausalLM(t), pair.target_tok, prompt, max_new_tokens=12).token_ids
+    ref = generate_ar(LocalTarget(CausalLM(t)), pair.target_tok, prompt, max_new_tokens=12).token_ids
     stop_at = ref[4]
     assert stop_at not in ref[:4]
     t2 = copy.deepcopy(t)
@@ -453,9 +455,10 @@ def test_remote_reports_the_models_eos_ids(models):
     try:
         remote = RemoteTarget(s.url, TOKEN, SamplingConfig())
         assert remote.eos_ids == {stop_at}
-        out = generate_speculative(models[0], remote, pair, prompt, cfg=SpecConfig("omnidraft", k=3),
+        out = generate_speculative(models[0], remote, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(3),
                                    max_new_tokens=12)
-        assert out.token_ids == generate_ar(CausalLM(t2), pair.target_tok, prompt, max_new_tokens=12).token_ids
+        assert out.token_ids == generate_ar(LocalTarget(CausalLM(t2)), pair.target_tok, prompt,
+                                            max_new_tokens=12).token_ids
         assert out.token_ids == ref[:5]
     finally:
         s.stop()
@@ -468,10 +471,10 @@ def test_sampling_through_the_server_equals_in_process(models, server, strategy,
     generation equals the in-process one draw for draw (tli with k=6 sends six q' rows)."""
     d, t, pair = models
     sampling = SamplingConfig(temperature=0.7, seed=11)
-    cfg = SpecConfig(strategy, k=6)
-    local = generate_speculative(d, CausalLM(t), pair, "def add(a, b):", cfg=cfg, max_new_tokens=16,
-                                 sampling=sampling, verify_mode=mode)
+    cfg = SpecConfig(strategy)
+    local = generate_speculative(d, LocalTarget(CausalLM(t), sampling, mode), pair, "def add(a, b):", cfg=cfg,
+                                 k=FixedK(6), max_new_tokens=16)
     remote = RemoteTarget(server.url, TOKEN, sampling, mode)
-    out = generate_speculative(d, remote, pair, "def add(a, b):", cfg=cfg, max_new_tokens=16, sampling=sampling)
+    out = generate_speculative(d, remote, pair, "def add(a, b):", cfg=cfg, k=FixedK(6), max_new_tokens=16)
     assert out.token_ids == local.token_ids and out.lossless
     remote.close()

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from omnidraft.adapters import AdapterStore
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_speculative
-from omnidraft.train.records import Record
+from omnidraft.decode.target import LocalTarget
+from omnidraft.train.records import Record, build_record
 from omnidraft.propose.config import SpecConfig
 from omnidraft.train.trainer import OnlineTrainer, TrainConfig, attach_lora
 
@@ -38,8 +40,9 @@ def test_records_cover_the_response_and_round_trip(setup, smollm_tok):
 
 def test_record_of_256_tokens_is_under_100kb(setup):
     d, t, pair, _ = setup
-    rec = generate_speculative(d, t, pair, "Once upon a time", cfg=SpecConfig("omnidraft", k=4),
-                               max_new_tokens=256, record_topk=64).record
+    rec = build_record(pair.vmap, generate_speculative(d, LocalTarget(t), pair, "Once upon a time",
+                                                       cfg=SpecConfig("omnidraft"), k=FixedK(4), max_new_tokens=256,
+                                                       record_topk=64).verified)
     size = len(rec.to_bytes())
     print(f"record: {rec.length} drafter tokens, {size} bytes")
     assert rec.length >= 200 and size < 100_000

@@ -4,10 +4,14 @@ hand-made cases."""
 
 import pytest
 
+from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
+from omnidraft.decode.modes import default_verify_mode
+from omnidraft.decode.target import LocalTarget
 from omnidraft.translate.state import PairState
 from omnidraft.models.eager import CausalLM
 from omnidraft.propose.config import SpecConfig
+from omnidraft.sampling import SamplingConfig
 from omnidraft.translate.strings import dtw_align, levenshtein
 
 from ..conftest import tiny, vocab_len
@@ -22,8 +26,9 @@ def test_greedy_equals_target_sentencepiece_target(smollm_tok, gemma_tok, strate
     t = CausalLM(tiny("gemma3", vocab_len(gemma_tok), seed=7))
     pair = PairState(smollm_tok, gemma_tok, d.vocab_size, t.vocab_size)
     for prompt in PROMPTS[:3]:
-        ref = generate_ar(t, gemma_tok, prompt, max_new_tokens=20)
-        assert generate_speculative(d, t, pair, prompt, cfg=SpecConfig(strategy, k=4),
+        ref = generate_ar(LocalTarget(t), gemma_tok, prompt, max_new_tokens=20)
+        target = LocalTarget(t, SamplingConfig(), default_verify_mode(strategy))
+        assert generate_speculative(d, target, pair, prompt, cfg=SpecConfig(strategy), k=FixedK(4),
                                     max_new_tokens=20).token_ids == ref.token_ids
 
 
@@ -33,8 +38,9 @@ def test_slem_accepts_when_the_draft_text_is_the_targets(qwen_tok, smollm_tok):
     model = tiny("qwen2", vocab_len(qwen_tok), seed=3)
     d, t = CausalLM(model), CausalLM(model)
     pair = PairState(qwen_tok, qwen_tok, d.vocab_size, t.vocab_size)
-    ref = generate_ar(t, qwen_tok, PROMPTS[0], max_new_tokens=30)
-    out = generate_speculative(d, t, pair, PROMPTS[0], cfg=SpecConfig("slem", k=4), max_new_tokens=30)
+    ref = generate_ar(LocalTarget(t), qwen_tok, PROMPTS[0], max_new_tokens=30)
+    out = generate_speculative(d, LocalTarget(t, SamplingConfig(), default_verify_mode("slem")), pair, PROMPTS[0],
+                               cfg=SpecConfig("slem"), k=FixedK(4), max_new_tokens=30)
     assert out.token_ids == ref.token_ids and out.metrics["acceptance_rate"] >= 0.4
 
 
