@@ -17,7 +17,8 @@ def _cmd_pair(args) -> int:
 
     set_threads(args.threads)
     report = pair(_target_ref(args), args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
-                  max_new_tokens=args.max_new_tokens, llamacpp=not args.no_llamacpp, engine=args.engine)
+                  max_new_tokens=args.max_new_tokens, llamacpp=not args.no_llamacpp,
+                  target_runtime=args.target_runtime, exact=args.exact)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -238,7 +239,7 @@ def _cmd_generate(args) -> int:
                       spec=SpecConfig(strategy, confidence=args.confidence),
                       sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
                       verify=args.verify, lookup=not args.no_lookup, log=not args.no_log, adapter=args.adapter,
-                      runtime=_runtime(args))
+                      runtime=_runtime(args), exact=args.exact)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     try:
         result = drained(session.stream(args.prompt, max_new_tokens=args.max_new_tokens, chat=args.chat), on_text)
@@ -259,12 +260,12 @@ def format_metrics(m: dict, paired: bool = True) -> str:
     line = (f"[{m['strategy']}] {m['new_tokens']} tokens in {m['wall_s']:.2f} s: "
             f"{m['tokens_per_s']:.2f} tokens/s (decode {m['decode_tokens_per_s']:.2f} tokens/s)")
     if m.get("engine"):
-        e = m["engine"]
-        line += (f"\n  the text of {e['name']} alone ({e.get('file') or e.get('url')}): its own output, measured faster "
-                 "than the pair" + ("; not the target program's (lossless with respect to it: no)"
-                                    if not m.get("lossless", True) else ""))
+        line += f"\n  the serving engine's own output ({m['engine']['url']}), measured faster than the pair"
     elif paired:
         line += f"\n  adapter: {m.get('adapter') or 'none (the drafter unadapted)'}"
+    if m.get("target_runtime") == "llamacpp":
+        line += ("\n  target on llama.cpp: exact with respect to the logits of its verify calls, which are not "
+                 "batch-invariant (--exact keeps to the ExecuTorch program)")
     cm = m.get("cost_model")
     if cm:
         line += (f"\n  cost model: drafting k = {cm['k']} per round, predicted {cm['predicted_tokens_per_s']:.2f} "

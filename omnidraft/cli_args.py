@@ -8,6 +8,7 @@ import argparse
 
 from omnidraft.decode.draft_length import K_MAX
 from omnidraft.pairs.cost import WIDTHS
+from omnidraft.pairs.settings import TARGET_RUNTIMES
 from omnidraft.serve.wire import ENGINES
 
 
@@ -76,9 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto",
                      help="run the drafter in PyTorch, or as the exported ExecuTorch program (auto: the "
                      "program when exported)")
-    gen.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto",
-                     help="a local target in PyTorch, or as the program of `omnidraft export --target` "
-                     "(auto: the program when exported)")
+    gen.add_argument("--target-runtime", choices=TARGET_RUNTIMES, default="auto",
+                     help="a local target in PyTorch, as the program of `omnidraft export --target`, or its GGUF "
+                     "on llama.cpp (the llamacpp extra; not batch-invariant). auto: the program when exported")
+    gen.add_argument("--exact", action="store_true", help="only bit-exact target runtimes (the ExecuTorch program, "
+                     "PyTorch): never llama.cpp, whose multi-token verify calls are not batch-invariant")
     gen.add_argument("--quant", choices=["fp32", "8da8w", "8da4w"], default="8da8w",
                      help="with --drafter-runtime executorch: which exported program")
     gen.add_argument("--max-seq", type=int, default=1024, help="with --drafter-runtime executorch: "
@@ -114,8 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--threads", type=int, default=None)
     pr.add_argument("--no-llamacpp", action="store_true", help="calibrate without the target alone on llama.cpp "
                     "(compared by default when llama-cpp-python is installed)")
-    pr.add_argument("--engine", choices=["llamacpp"], default=None, help="measure whether the pair or llama.cpp "
-                    "alone is faster, for a Session(engine='llamacpp') to hand generations to the faster")
+    pr.add_argument("--target-runtime", choices=TARGET_RUNTIMES, default="auto", help="auto: measure the target's "
+                    "runtimes (its program, its GGUF on llama.cpp when the llamacpp extra is installed) and keep the "
+                    "faster for this machine; llamacpp: pair the GGUF as it is (no target export)")
+    pr.add_argument("--exact", action="store_true", help="consider only bit-exact target runtimes (not llama.cpp)")
     pr.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
     ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
@@ -155,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--drafter", default="smollm2-135m", help="'none' to time the target only")
     co.add_argument("--widths", default=",".join(map(str, WIDTHS)),
                     help="call widths (tokens) to time (default: what a session times)")
-    co.add_argument("--target-runtime", choices=["auto", "eager", "executorch"], default="auto")
+    co.add_argument("--target-runtime", choices=TARGET_RUNTIMES, default="auto")
     co.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto")
     co.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's dtype")
     co.add_argument("--reps", type=int, default=7, help="timed calls per width (median)")

@@ -25,17 +25,19 @@ from omnidraft.decode.generate import Result, check_budget, stream_ar, stream_sp
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.target import LocalTarget
-from omnidraft.decode.text import drained, encode_prompt, stop_ids
+from omnidraft.decode.text import drained, encode_prompt
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
-from omnidraft.pairs.llamacpp import check_engine
+from omnidraft.pairs.runtime_choice import resolve
 from omnidraft.pairs.settings import Runtime, TargetRef
-from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir, save_spec
+from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir, pair_name,
+                                  save_spec)
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import get
 from omnidraft.sampling import SamplingConfig
+from omnidraft.serve.openai_api import OpenAITarget
 from omnidraft.train.verlog import VerificationLog
 
 DEFAULT_TARGET = "qwen2.5-coder-0.5b"
@@ -61,14 +63,18 @@ class Session:
     every generation's verifications go to the log the daemon trains from. ``adapter``: "latest"
     (the pair's last published version, switching when a newer one is published), "none", or a
     version name. ``runtime``: runtimes, programs, dtype, threads, n-gram cache bound
-    (pairs/settings.py). ``engine="llamacpp"`` (greedy, a local target with a GGUF, the llamacpp
-    extra): hand each generation to llama.cpp alone on the GGUF while that is measured faster than
-    the pair (its text is llama.cpp's own greedy output of the GGUF, and its Result says so)."""
+    (pairs/settings.py); ``Runtime(target="llamacpp")`` verifies on the target's GGUF with
+    llama.cpp, exact with respect to the logits its verify calls compute (not batch-invariant,
+    so not bit-for-bit its one-token-at-a-time output); ``Runtime(target="auto")`` takes the
+    runtime `omnidraft pair` measured faster here (pairs/runtime_choice.py). ``exact``: only
+    bit-exact runtimes (the ExecuTorch program, PyTorch). ``metrics["target_runtime"]`` says which ran.
+    With an OpenAI-API target each generation goes to the engine generating alone while that is
+    measured faster than the pair (pairs/engine_choice.py; its output is the served model's own)."""
 
     def __init__(self, drafter: str | None = DEFAULT_DRAFTER, target: str | TargetRef = DEFAULT_TARGET, *,
                  k: int | None = None, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
                  verify: str | None = None, lookup: bool = True, log: bool = True, adapter: str = "latest",
-                 runtime: Runtime = Runtime(), engine: str | None = None):
+                 runtime: Runtime = Runtime(), exact: bool = False):
         from omnidraft.device.threads import set_threads
         from omnidraft.pairs.build import load_target
 
@@ -76,9 +82,8 @@ class Session:
         fixed = None if k is None else FixedK(k)  # a bad k is refused before anything loads
         check_verify_mode(verify)
         self.alone = drafter is None or k == 0 or not get(spec.strategy).speculative
-        if self.alone and engine is not None:
-            raise OmniDraftError("engine= chooses between the pair and an engine alone; this session runs the "
-                                 "target alone", "pass a drafter and leave k unset, or drop engine=")
+        runtime = replace(runtime, target=resolve(None if self.alone else pair_name(drafter, target.ref),
+                                                  runtime.target, exact))
         set_threads(runtime.threads)
         self.spec_cfg, self.sampling, self.runtime = spec, sampling, runtime
         self.verify = verify or default_verify_mode("ar" if self.alone else spec.strategy, remote=target.remote)
@@ -89,7 +94,6 @@ class Session:
         self.turns: list[int] = []  # target ids of this conversation's earlier prompts and answers
         self.lookup = LookupConfig() if lookup and not self.alone else None
         self.spec: PairSpec | None = None  # the pair, when a drafter runs
-        gguf = check_engine(engine, target.ref, remote=target.remote, greedy=sampling.greedy, progress=_note)
         self._pair = None if self.alone else self._load_drafter(drafter, target, adapter)
         if self._pair is not None and self.spec.target_tokenizer and not target.tokenizer:
             target = replace(target, tokenizer=self.spec.target_tokenizer)  # what `omnidraft pair` kept
@@ -103,8 +107,8 @@ class Session:
             return
         self._pair_state()
         self.draft_length = fixed or (FixedK(REMOTE_K) if target.remote else self._cost_model())
-        self.engine = self._engine(gguf)
-        if fixed is None and self.engine is not None:  # not when the caller fixed k
+        if isinstance(self.target, OpenAITarget) and fixed is None:  # a serving engine; not when k is fixed
+            self.engine = self.target
             self.engine_choice = EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
         self.log = VerificationLog(log_path()) if log else None
 
@@ -146,18 +150,6 @@ class Session:
         dl, self.cost_path, self.cost_on = for_pair(self.spec.name, self.target.model, self.drafter, self.runtime.dtype,
                                                     progress=lambda s: _note(f"cost model: {s}"))
         return dl
-
-    def _engine(self, gguf):
-        """What generates alone when it is faster: llama.cpp on ``gguf``, an OpenAI-API target's
-        engine, or nothing."""
-        from omnidraft.serve.openai_api import OpenAITarget
-
-        if gguf is not None:
-            from omnidraft.pairs.llamacpp import llamacpp_engine
-
-            return llamacpp_engine(self.spec.target, stop_ids(self.target_tok, self.target.eos_ids), self.target_tok,
-                                   _note, n_ctx=self.target.max_length, gguf=gguf)
-        return self.target if isinstance(self.target, OpenAITarget) else None
 
     # ------------------------------------------------------------------ what runs
     @property
@@ -236,12 +228,11 @@ class Session:
             else:
                 self._refresh()
                 budget = check_budget(target_ids, max_new_tokens, self.target)
-                if (self.engine_choice is not None and self.engine_choice.engine_now()
-                        and len(target_ids) + budget <= self.engine.max_length):
+                if self.engine_choice is not None and self.engine_choice.engine_now():
                     result = yield from self._engine_alone(target_ids, budget)
                 else:
                     result = yield from self._pair_generation(prompt, target_ids, budget, chat)
-            result.metrics["adapter"] = self.version
+            result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)
             self.turns = (self.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:] if self.lookup else []
             self.last = result
             return result
@@ -270,19 +261,14 @@ class Session:
         return result
 
     def _engine_alone(self, target_ids: list[int], budget: int) -> Generator[str, None, Result]:
-        """The engine generating on its own (one streamed request); nothing verified, so no
-        training record. Its text is the engine's own output: exact for a serving engine of this
-        very target, but llama.cpp's output of the GGUF is not the target program's
-        (``lossless`` False, ``metrics["engine"]`` names what produced it)."""
-        from omnidraft.pairs.llamacpp import LlamaCppAlone
-
+        """The serving engine generating on its own (one streamed request): its own output of the
+        served target, so exact; nothing verified, so no training record. ``metrics["engine"]``
+        names what produced it."""
         alone = yield from self.engine.stream_alone(target_ids, budget)
         self.engine_choice.observe(True, alone.tokens, alone.seconds)
-        ids = list(alone.ids) if alone.ids is not None else self.target_tok(alone.text, add_special_tokens=False).input_ids
         m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
-        lossless = not isinstance(self.engine, LlamaCppAlone)
-        return Result(alone.text, ids, {**m.summary(), "verify": None, "lossless": lossless,
-                                        "engine": self.engine.describe()}, m)
+        return Result(alone.text, self.target_tok(alone.text, add_special_tokens=False).input_ids,
+                      {**m.summary(), "verify": None, "lossless": True, "engine": self.engine.describe()}, m)
 
     def generate(self, prompt: str, *, max_new_tokens: int = 128, chat: bool = False) -> Result:
         """``stream`` read to its end: this call's own Result."""

@@ -32,10 +32,13 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_model, load_tokenizer
 
-    target_hf = target_hf if target_hf is not None else load_model(target, dtype=dtype).model
-    drafter_hf = load_model(drafter, dtype="fp32").model
     ttok, dtok = load_tokenizer(target), load_tokenizer(drafter)
-    eos = generation_eos_ids(target_hf.generation_config)
+    if assisted:  # the transformers models only where a row needs them
+        target_hf = target_hf if target_hf is not None else load_model(target, dtype=dtype).model
+        drafter_hf = load_model(drafter, dtype="fp32").model
+        eos = generation_eos_ids(target_hf.generation_config)
+    else:  # llama.cpp adds the GGUF's own end-of-generation ids
+        eos = {ttok.eos_token_id}
     runs = {}
     try:
         runs["llama.cpp target alone"] = LlamaCppAlone(ensure_gguf(target, progress=log), threads, eos, ttok,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"omnidraft": "omnidraft", "omnidraft.device": "device", "omnidraft.export": "export",

@@ -21,7 +21,6 @@ from omnidraft.pairs.settings import Runtime, TargetRef
 from omnidraft.train.verlog import VerificationLog
 
 from .conftest import save_tiny, tiny, vocab_len
-from .pairs.test_llamacpp import fake_llama_cpp  # noqa: F401 - a fixture
 
 FP32 = Runtime(dtype="fp32")  # the eager target in fp32: greedy equality is exact
 PROMPTS = ["def add(a, b):\n", "The weather today is", "Liste des courses: ", "x = [1, 2, 3]\n",
@@ -388,36 +387,3 @@ def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models,
     assert isinstance(Session(drafter, target, runtime=FP32, log=False, k=3).draft_length, FixedK)
     s.close()
     again.close()
-
-
-def test_a_session_hands_generations_to_llama_cpp_while_it_is_measured_faster(home, models, monkeypatch,
-                                                                                 fake_llama_cpp):
-    """engine="llamacpp": the pair runs until measured; then each generation goes to whichever of
-    the pair and llama.cpp alone is faster. A handed-over Result says what produced its text (not
-    the target program: not lossless with respect to it), carries llama.cpp's own ids (its stop
-    token too) and joins the conversation; llama.cpp's context is the target's, and a generation
-    it cannot hold is the pair's. Sampling or an unknown engine are refused in one line."""
-    from omnidraft import Session
-    from omnidraft.pairs import llamacpp
-
-    monkeypatch.setattr(llamacpp, "gguf_of", lambda ref, progress: home / "target.gguf")
-    s = Session(*models, runtime=FP32, log=False, engine="llamacpp")
-    assert s.engine.gguf == home / "target.gguf" and s.engine_choice is not None
-    assert fake_llama_cpp.made[0].kw["n_ctx"] == s.target.max_length
-    assert "engine" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics  # not measured yet: the pair
-    s.engine_choice.measured(pair_tokens_per_s=1.0, engine_tokens_per_s=100.0)
-    fake_llama_cpp.script = [5, 6, 99, 7]  # 99: llama.cpp's EOS here
-    alone = s.generate(PROMPTS[0], max_new_tokens=8)
-    assert alone.metrics["engine"] == {"name": "llama.cpp", "file": str(home / "target.gguf")}
-    assert alone.token_ids == [5, 6, 99] and not alone.lossless
-    assert s.turns[-3:] == [5, 6, 99] and fake_llama_cpp.made[0].prompts == [s.target_tok(PROMPTS[0]).input_ids]
-    s.engine.n_ctx = len(s.target_tok(PROMPTS[1]).input_ids) + 4  # too small for 8 new tokens: the pair serves
-    assert "engine" not in s.generate(PROMPTS[1], max_new_tokens=8).metrics
-    s.engine_choice.measured(pair_tokens_per_s=100.0, engine_tokens_per_s=1.0)
-    assert "engine" not in s.generate(PROMPTS[0], max_new_tokens=8).metrics
-    s.close()
-    assert Session(*models, runtime=FP32, log=False, engine="llamacpp", k=3).engine_choice is None
-    with pytest.raises(OmniDraftError, match="greedily only"):
-        Session(*models, runtime=FP32, log=False, engine="llamacpp", sampling=SamplingConfig(temperature=0.7))
-    with pytest.raises(OmniDraftError, match="unknown engine 'vllm'"):
-        Session(*models, runtime=FP32, log=False, engine="vllm")

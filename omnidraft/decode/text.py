@@ -22,7 +22,6 @@ class Alone:
     text: str
     tokens: int  # new tokens (a serving engine's EOS not counted; llama.cpp's counted, as `ar` counts it)
     seconds: float
-    ids: tuple[int, ...] | None = None  # the engine's own token ids, where it says them (llama.cpp)
 
 
 def drained(pieces: Generator[str, None, T], on_text: Callable[[str], None] | None = None) -> T:

@@ -13,9 +13,10 @@ from typing import Callable
 
 from omnidraft.decode.draft_length import CostModelK
 from omnidraft.errors import OmniDraftError
+from omnidraft.jobs import runtimes
 from omnidraft.jobs.compare import measure
-from omnidraft.pairs.engine_choice import PROBE_EVERY
-from omnidraft.pairs.llamacpp import LlamaCppAlone, check_engine, llamacpp_engine
+from omnidraft.pairs.llamacpp import LlamaCppAlone, llamacpp_engine
+from omnidraft.pairs.runtime_choice import resolve
 from omnidraft.pairs.settings import TargetRef
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, adapter_store, pair_dir, pair_name
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
@@ -62,26 +63,28 @@ def forget_adapters(name: str) -> None:
 
 def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False,
          calibration_s: float = 120.0, max_new_tokens: int = 48, say: Callable[..., None] | None = None,
-         session=None, llamacpp: bool = True, engine: str | None = None) -> dict:
+         session=None, llamacpp: bool = True, target_runtime: str = "auto", exact: bool = False) -> dict:
     """Pair ``drafter`` with ``target`` (a name, path or URL, or a TargetRef with a server's
-    token and tokenizer): build their ExecuTorch programs when missing (a given ``session`` runs
-    on what it loaded), measure the cost model, and calibrate for about ``calibration_s`` seconds,
-    beside the target alone and (``llamacpp``, when llama-cpp-python is installed and the target
-    has a GGUF) the target alone on llama.cpp. ``engine="llamacpp"``: the session hands
-    generations to llama.cpp while it is measured faster than the pair (the calibration measures
-    both)."""
+    token and tokenizer): build their ExecuTorch programs when missing (not the target's with
+    ``target_runtime="llamacpp"``: its GGUF runs as it is), measure the cost model, and with
+    ``auto`` the target's runtimes against each other (runtimes.py: the faster is kept for this
+    machine; only bit-exact ones with ``exact``), then calibrate for about ``calibration_s``
+    seconds beside the target alone and (``llamacpp``, when llama-cpp-python is installed and the
+    target has a GGUF) the target alone on llama.cpp. A given ``session`` runs on what it loaded."""
     from omnidraft.pairs import programs
+    from omnidraft.pairs.settings import Runtime
     from omnidraft.session import Session
 
     say = say or (lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
     target = target if isinstance(target, TargetRef) else TargetRef(target)
-    if session is None:  # a bad engine is refused before the programs are built
-        check_engine(engine, target.ref, remote=target.remote, greedy=True, progress=say)
-    built = {} if session is not None else programs.ensure(drafter, target.ref, say=say)
+    resolve(None, target_runtime, exact)  # an inexact runtime asked with exact: refused before any export
+    built = {} if session is not None else programs.ensure(drafter, target.ref, say=say,
+                                                           target_program=target_runtime != "llamacpp")
     say(f"pairing {drafter} with {target.ref} ...")
     if reset and session is None:  # before the session loads an adapter
         forget_adapters(pair_name(drafter, target.ref))
-    session = session or Session(drafter, target, engine=engine)
+    owned = session is None
+    session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact)
     name = session.spec.name
     kept = session.store.latest(name)
     if kept is None:
@@ -106,31 +109,34 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
                                 say=say, budget_s=calibration_s / 2, label=f"measuring acceptance (k={ACCEPTANCE_K})")
             dl.model.translate_ms = first["translate_ms"]
             prompts = prompts[ACCEPTANCE_PROMPTS:]
+            session.save_cost()
+            if target_runtime == "auto" and not target.remote:
+                report["runtimes"]["compared"] = compared = runtimes.compare(session, exact, say)
+                if owned and compared["chosen"] != session.target_runtime:
+                    session.close()
+                    session = Session(drafter, target, runtime=Runtime(target=compared["chosen"]))
+                    report["runtimes"]["target"], dl = session.target_runtime, session.draft_length
             report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
                                     "translate_ms": dl.model.translate_ms, "on": session.cost_on}
-            session.save_cost()
-        llama = baseline(session, say) if llamacpp or session.engine is not None else None
+        llama = baseline(session, say) if llamacpp else None
         with session.pair_only():
             report["calibration"] = c = measure(session, prompts, max_new_tokens=max_new_tokens,
                                                 ar=not session.spec.remote, say=say, budget_s=calibration_s / 2,
                                                 llamacpp=llama)
-        choice = session.engine_choice
-        alone = c.get("llamacpp_tokens_per_s" if isinstance(session.engine, LlamaCppAlone) else "ar_tokens_per_s")
-        if choice is not None and alone:
-            choice.measured(c["tokens_per_s"], alone)
+        choice = session.engine_choice  # an OpenAI-API target's engine: the pair against it alone
+        if choice is not None and c.get("ar_tokens_per_s"):
+            choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
             report["engine"] = {"pair_tokens_per_s": choice.pair_tokens_per_s,
                                 "engine_tokens_per_s": choice.engine_tokens_per_s, "hands_over": choice.engine_now()}
     return report
 
 
 def baseline(session, say) -> LlamaCppAlone | None:
-    """The target alone on llama.cpp: the session's own engine, else one for a local target (a
-    remote one is compared with its own engine), stopping where the target alone stops; None
-    after one line saying why there is no llama.cpp row."""
+    """The target alone on llama.cpp for a local target (a remote one is compared with its own
+    engine), stopping where the target alone stops; None after one line saying why there is no
+    llama.cpp row."""
     from omnidraft.decode.text import stop_ids
 
-    if isinstance(session.engine, LlamaCppAlone):
-        return session.engine
     if session.spec.remote:
         return None
     try:
@@ -148,6 +154,12 @@ def format_report(r: dict) -> str:
              f"({v['shared_of_drafter']:.1%} of the drafter's, {v['shared_of_target']:.1%} of the target's)",
              f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned",
              f"  runtimes: drafter {r['runtimes']['drafter']}, target {r['runtimes']['target']}"]
+    compared = r["runtimes"].get("compared")
+    if compared and len(compared["predicted_tokens_per_s"]) > 1:
+        lines.append("  target runtimes on this CPU: " + "; ".join(
+            f"{rt} {compared['one_token_ms'][rt]:.1f} ms a token, the pair predicted {tps:.1f} tokens/s at k = "
+            f"{compared['k'][rt]}" for rt, tps in compared["predicted_tokens_per_s"].items())
+            + f" -> {compared['chosen']} (kept for this machine: --target-runtime auto runs it)")
     cm = r.get("cost_model")
     if cm:
         lines += format_cost_model(cm)
@@ -164,12 +176,9 @@ def format_report(r: dict) -> str:
         if r["runtimes"]["target"] == "remote" and c.get("speedup", 1.0) < 1.0:
             lines.append("  the engine generating alone is faster than the pair through its API on this server: "
                          "a Session lets it generate (re-trying the pair every few generations)")
-        elif r.get("engine", {}).get("hands_over") and r["runtimes"]["target"] != "remote":
-            lines.append("  llama.cpp alone is faster than the pair here: a Session(engine=\"llamacpp\") hands it "
-                         f"generations (its own greedy output of the GGUF), re-trying the pair every {PROBE_EVERY}")
-        elif c.get("vs_llamacpp", 1.0) < 1.0 and "engine" not in r:
-            lines.append("  llama.cpp alone is faster than the pair here: --engine llamacpp / "
-                         "Session(engine=\"llamacpp\") hands it generations while it is measured faster")
+        elif c.get("vs_llamacpp", 1.0) < 1.0 and r["runtimes"]["target"] != "llamacpp":
+            lines.append("  llama.cpp alone is faster than the pair here: --target-runtime llamacpp verifies on the "
+                         "GGUF with llama.cpp (`omnidraft cost --target-runtime llamacpp` measures it)")
         if cm:
             err = c["decode_tokens_per_s"] / max(cm["predicted_tokens_per_s"], 1e-9) - 1
             lines.append(f"  decoding (prefill excluded): measured {c['decode_tokens_per_s']:.2f} tokens/s, "

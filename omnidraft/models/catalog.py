@@ -105,6 +105,27 @@ def is_fetched(name: str) -> bool:
     return (model_dir(name) / _MARKER).is_file()
 
 
+def tokenizer_dir(name: str, progress: Progress = _stderr) -> Path:
+    """A directory holding the model's tokenizer: the fetched model's, else one written once from
+    the packaged GGUF's metadata (seconds, where fetching converts every weight: what a model
+    that runs from its GGUF on llama.cpp needs of it)."""
+    if is_fetched(name):
+        return model_dir(name)
+    dest = subdir("tokenizers") / name
+    if (dest / "tokenizer_config.json").is_file():
+        return dest
+    from transformers import AutoTokenizer
+
+    gguf = ensure_gguf(name, progress)
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with _gguf_kept():
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
+
+
 def list_models() -> list[dict]:
     rows = []
     for spec in CATALOG.values():

@@ -40,9 +40,12 @@ def resolve(ref: str, *, fetch_missing: bool = True) -> tuple[Path, str | None]:
 
 
 def load_tokenizer(ref: str):
+    """The tokenizer of a model reference (a catalog model's without fetching its weights)."""
     from transformers import AutoTokenizer
 
-    directory, gguf = resolve(ref)
+    from omnidraft.models import catalog
+
+    directory, gguf = (catalog.tokenizer_dir(ref), None) if ref in catalog.CATALOG else resolve(ref)
     kwargs = {"gguf_file": gguf} if gguf else {}
     tok = AutoTokenizer.from_pretrained(str(directory), **kwargs)
     backend = getattr(tok, "backend_tokenizer", None)

@@ -14,10 +14,11 @@ from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.models.loading import load_model, load_tokenizer, resolve
-from omnidraft.pairs.settings import RUNTIMES, Runtime, TargetRef
+from omnidraft.pairs.settings import RUNTIMES, TARGET_RUNTIMES, Runtime, TargetRef
 from omnidraft.pairs.spec import REMOTE_SCHEMES
 
 TARGET_QUANT = "8da8w"  # the target program's scheme on AVX2: bench/results/verify-cost-20261123-2209.md
+LLAMACPP_CONTEXT = 4096  # a llama.cpp target's window (its KV cache: ~0.1 GB for the 1.5B in f16)
 
 
 def is_remote(target: str) -> bool:
@@ -26,15 +27,17 @@ def is_remote(target: str) -> bool:
 
 
 def runtime_kind(lm: LM) -> str:
-    """Which runtime runs ``lm``: executorch (an exported program) or eager (PyTorch)."""
+    """Which runtime runs ``lm``: executorch (an exported program), llamacpp (a GGUF on llama.cpp)
+    or eager (PyTorch)."""
+    from omnidraft.device.llamacpp import LlamaCppLM
     from omnidraft.device.runtime import ExecuTorchLM
 
-    return "executorch" if isinstance(lm, ExecuTorchLM) else "eager"
+    return "executorch" if isinstance(lm, ExecuTorchLM) else "llamacpp" if isinstance(lm, LlamaCppLM) else "eager"
 
 
-def _check_runtime(runtime: str) -> None:
-    if runtime not in RUNTIMES:
-        raise OmniDraftError(f"unknown runtime {runtime!r}", f"use one of {', '.join(RUNTIMES)}")
+def _check_runtime(runtime: str, known: tuple[str, ...] = RUNTIMES) -> None:
+    if runtime not in known:
+        raise OmniDraftError(f"unknown runtime {runtime!r}", f"use one of {', '.join(known)}")
 
 
 def _resolve(runtime: str, program) -> str:
@@ -84,10 +87,19 @@ def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max
 def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT, max_seq: int = 1024,
                  dtype: str = "bf16", note=None) -> LM:
     """The target model ``name`` on ``runtime`` (``executorch``: its target program from
-    `omnidraft export --target`, every position's logits)."""
+    `omnidraft export --target`, every position's logits; ``llamacpp``: its GGUF, a catalog
+    model's packaged file or the ``.gguf`` path itself, on llama.cpp with a LLAMACPP_CONTEXT window)."""
     from omnidraft.export.layout import program_dir
 
-    _check_runtime(runtime)
+    _check_runtime(runtime, TARGET_RUNTIMES)
+    if runtime == "llamacpp":
+        import torch
+
+        from omnidraft.device.llamacpp import LlamaCppLM
+        from omnidraft.pairs.llamacpp import llamacpp_gguf
+
+        gguf = llamacpp_gguf(name, note or (lambda _m: None))
+        return LlamaCppLM(gguf, n_ctx=LLAMACPP_CONTEXT, threads=torch.get_num_threads(), name=name)
     prog = program_dir(name, quant, max_seq, role="target")
     if _resolve(runtime, prog) == "executorch":
         from omnidraft.device.runtime import ExecuTorchLM

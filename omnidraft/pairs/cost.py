@@ -149,9 +149,12 @@ class CostModel:
 
 
 def runtime_name(lm, eager_dtype: str) -> str:
-    """``executorch <quant>`` for a program, ``transformers <dtype>`` for an eager model."""
+    """``executorch <quant>`` for a program, ``llama.cpp <model and weight type>`` for a GGUF on
+    llama.cpp, ``transformers <dtype>`` for an eager model."""
     info = getattr(lm, "info", None)
-    return f"executorch {info.config['quant']}" if info is not None else f"transformers {eager_dtype}"
+    if info is not None:
+        return f"executorch {info.config['quant']}"
+    return getattr(lm, "runtime", None) or f"transformers {eager_dtype}"
 
 
 def measured_on(target_runtime: str, drafter_runtime: str) -> dict:
@@ -182,16 +185,24 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
     return model, data.get("reached", []), data.get("accepted", [])
 
 
+def cost_file(pair_name: str, on: dict) -> Path:
+    """Where a pair's cost model measured ``on`` (measured_on) is kept: a llama.cpp target's in
+    cost-llamacpp.json, beside the program's (or PyTorch's) cost.json, so a pair keeps both."""
+    from omnidraft.pairs.spec import pair_dir
+
+    return pair_dir(pair_name) / ("cost-llamacpp.json" if on["target_runtime"].startswith("llama.cpp") else "cost.json")
+
+
 def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
     """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
     the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
     few seconds) and kept; a model saved without every width of WIDTHS is measured again, its
-    acceptance counts kept. Returns (draft_length, path, what it was measured on)."""
+    acceptance counts kept. A llama.cpp target keeps its own file beside the program's (cost.json),
+    so a pair measured on both keeps both. Returns (draft_length, path, what it was measured on)."""
     from omnidraft.decode.draft_length import CostModelK
-    from omnidraft.pairs.spec import pair_dir
 
     on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
-    path = pair_dir(pair_name) / "cost.json"
+    path = cost_file(pair_name, on)
     saved = load(path, on)
     if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms):
         reached, accepted = saved[1:] if saved else ([], [])

@@ -1,12 +1,10 @@
 """The target alone on llama.cpp, in process: the model's packaged GGUF run by llama-cpp-python
-(the optional ``llamacpp`` extra), greedy, on this process's thread count, prompt evaluation
-included, tokens counted as the target alone counts them (a stop token included). It is the
-comparison row of `omnidraft pair`, the demo and the benchmarks, and the engine a Session built
-with ``engine="llamacpp"`` hands generations to while it is measured faster than the pair
-(pairs/engine_choice.py).
+(the optional ``llamacpp`` extra) through its own generation loop, greedy, on this process's
+thread count, prompt evaluation included, tokens counted as the target alone counts them (a stop
+token included): the comparison row of `omnidraft pair`, the demo and the benchmarks. And where a
+model reference's GGUF is, for that row and for the llama.cpp target runtime (device/llamacpp.py).
 
-Knows llama-cpp-python's ``Llama`` and where a model reference's GGUF is; nothing about
-OmniDraft's decoding.
+Knows llama-cpp-python's ``Llama`` and the catalog's GGUF files; nothing about OmniDraft's decoding.
 """
 
 from __future__ import annotations
@@ -16,9 +14,9 @@ from pathlib import Path
 from typing import Callable, Generator
 
 from omnidraft.decode.text import Alone, Detokenizer, drained
+from omnidraft.device.llamacpp import INSTALL, eog_ids
 from omnidraft.errors import OmniDraftError
 
-INSTALL = "pip install -e '.[llamacpp]', with the README's build settings: ~4 min"
 
 
 class LlamaCppAlone:
@@ -34,7 +32,7 @@ class LlamaCppAlone:
         self.gguf, self.tok, self.n_ctx = Path(gguf), tok, n_ctx
         self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                          verbose=False)
-        self.stop = set(stop) | {self.llm.token_eos()}
+        self.stop = set(stop) | eog_ids(self.llm)
 
     def stream_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Generator[str, None, Alone]:
         """Yield the text as llama.cpp generates it; return the whole (a Session's engine protocol)."""
@@ -56,15 +54,7 @@ class LlamaCppAlone:
         rest = whole[len("".join(sent)):]
         if rest:  # a character the detokenizer held back
             yield rest
-        return Alone(whole, len(ids), seconds, tuple(ids))
-
-    @property
-    def max_length(self) -> int:
-        return self.n_ctx
-
-    def describe(self) -> dict:
-        """What produced a generation's text (a Result names it)."""
-        return {"name": "llama.cpp", "file": str(self.gguf)}
+        return Alone(whole, len(ids), seconds)
 
     def __call__(self, prompt_ids: list[int], new: int) -> tuple[int, float]:
         """(tokens generated, seconds): the benchmarks' run convention."""
@@ -84,7 +74,7 @@ def gguf_of(ref: str, progress: Callable[[str], None]) -> Path | None:
     return None
 
 
-def engine_gguf(ref: str, progress: Callable[[str], None]) -> Path:
+def llamacpp_gguf(ref: str, progress: Callable[[str], None]) -> Path:
     """The GGUF llama.cpp would run for ``ref``; a one-line error when llama-cpp-python is not
     installed or ``ref`` has no GGUF (checked before any model loads)."""
     try:
@@ -97,26 +87,9 @@ def engine_gguf(ref: str, progress: Callable[[str], None]) -> Path:
     return gguf
 
 
-def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], None], n_ctx: int = 2048,
-                    gguf: Path | None = None) -> LlamaCppAlone:
-    """``ref``'s GGUF (or ``gguf``) on llama.cpp, on torch's thread count (the programs' count:
+def llamacpp_engine(ref: str, stop: set[int], tok, progress: Callable[[str], None], n_ctx: int = 2048) -> LlamaCppAlone:
+    """``ref``'s GGUF on llama.cpp, on torch's thread count (the programs' count:
     device/threads.py), with a context of ``n_ctx`` tokens."""
     import torch
 
-    return LlamaCppAlone(gguf or engine_gguf(ref, progress), torch.get_num_threads(), stop, tok, n_ctx)
-
-
-def check_engine(engine: str | None, target: str, *, remote: bool, greedy: bool,
-                 progress: Callable[[str], None]) -> Path | None:
-    """The GGUF a Session's ``engine`` runs (None without an engine); a one-line error for an
-    engine a session with ``target`` cannot hand generations to. Cheap: call it before models load."""
-    if engine is None:
-        return None
-    if engine != "llamacpp":
-        raise OmniDraftError(f"unknown engine {engine!r}", "the one engine a local target can hand to is llamacpp")
-    if remote:
-        raise OmniDraftError("engine='llamacpp' runs a local target's GGUF, and this target is a server",
-                             "a server's own engine is chosen without it")
-    if not greedy:
-        raise OmniDraftError("engine='llamacpp' generates greedily only", "drop the sampling settings or the engine")
-    return engine_gguf(target, progress)
+    return LlamaCppAlone(llamacpp_gguf(ref, progress), torch.get_num_threads(), stop, tok, n_ctx)

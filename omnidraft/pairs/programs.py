@@ -37,13 +37,15 @@ class _Job:
     seconds: float = 0.0  # how long it took, once it ended
 
 
-def missing(drafter: str, target: str, max_seq: int = MAX_SEQ) -> list[tuple[str, list[str]]]:
-    """(label, export arguments) for each program the pair would run on that is not built yet."""
+def missing(drafter: str, target: str, max_seq: int = MAX_SEQ, *,
+            target_program: bool = True) -> list[tuple[str, list[str]]]:
+    """(label, export arguments) for each program the pair would run on that is not built yet
+    (``target_program`` False: the target runs elsewhere, its GGUF on llama.cpp, say)."""
     out = []
     if not (program_dir(drafter, DRAFTER_QUANT, max_seq) / "program.pte").is_file():
         out.append((f"{drafter} (drafter)", ["--drafter", drafter, "--quant", DRAFTER_QUANT]))
-    if not is_remote(target) and not (program_dir(target, TARGET_QUANT, max_seq, role="target")
-                                      / "program.pte").is_file():
+    if target_program and not is_remote(target) and not (program_dir(target, TARGET_QUANT, max_seq, role="target")
+                                                         / "program.pte").is_file():
         out.append((f"{target} (target)", ["--target", target, "--quant", TARGET_QUANT]))
     return [(label, [*args, "--max-seq", str(max_seq)]) for label, args in out]
 
@@ -60,11 +62,11 @@ def _stage(line: str) -> str | None:
 
 
 def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ,
-           live: bool | None = None) -> dict[str, str]:
-    """Export what is missing, in parallel; {label: "built in N s" | the error line}. ``live``
-    (default: stderr is a terminal): one status line rewritten every second; otherwise a line
-    each time a stage changes, and every 30 s."""
-    todo = missing(drafter, target, max_seq)
+           live: bool | None = None, target_program: bool = True) -> dict[str, str]:
+    """Export what is missing (see ``missing``), in parallel; {label: "built in N s" | the error
+    line}. ``live`` (default: stderr is a terminal): one status line rewritten every second;
+    otherwise a line each time a stage changes, and every 30 s."""
+    todo = missing(drafter, target, max_seq, target_program=target_program)
     if not todo:
         return {}
     say(f"building {len(todo)} ExecuTorch program{'s' if len(todo) > 1 else ''} (one time, a few minutes): "

@@ -16,6 +16,7 @@ from omnidraft.pairs.spec import REMOTE_SCHEMES
 from omnidraft.translate.ngram import POLICIES
 
 RUNTIMES = ("auto", "executorch", "eager")
+TARGET_RUNTIMES = RUNTIMES + ("llamacpp",)  # a target may also verify on its GGUF with llama.cpp
 
 
 def _check(ok: bool, where: str, name: str, want: str, got) -> None:
@@ -60,7 +61,8 @@ class TargetRef:
 class Runtime:
     """How the parts run here. ``drafter`` / ``target``: ``executorch`` runs the program `omnidraft
     export` (or `omnidraft pair`) wrote, ``eager`` PyTorch, ``auto`` the program when one is built
-    and loads, else PyTorch. ``quant``, ``max_seq``, ``specvocab_k``: which drafter program.
+    and loads, else PyTorch; a target may also be ``llamacpp``: its GGUF on llama.cpp (the
+    ``llamacpp`` extra). ``quant``, ``max_seq``, ``specvocab_k``: which drafter program.
     ``dtype``: an eager target's weights. ``threads``: torch's and ExecuTorch's (None: as set).
     ``ngram_policy`` / ``ngram_mib``: the pair's n-gram cache eviction and memory bound."""
 
@@ -75,7 +77,7 @@ class Runtime:
     ngram_mib: int = 64
 
     def __post_init__(self):
-        for name, value, choices in (("drafter", self.drafter, RUNTIMES), ("target", self.target, RUNTIMES),
+        for name, value, choices in (("drafter", self.drafter, RUNTIMES), ("target", self.target, TARGET_RUNTIMES),
                                      ("quant", self.quant, QUANTS), ("dtype", self.dtype, DTYPES),
                                      ("ngram_policy", self.ngram_policy, POLICIES)):
             _check(value in choices, "Runtime", name, f"one of {', '.join(choices)}", value)

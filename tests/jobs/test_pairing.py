@@ -33,7 +33,8 @@ def test_calibration_reports_the_pair_against_llama_cpp_on_the_same_prompts(home
     assert "vs_llamacpp" not in without
 
 
-def test_a_bad_engine_is_refused_before_the_programs_are_built(home, models, monkeypatch):  # noqa: F811
+def test_an_inexact_runtime_asked_with_exact_is_refused_before_the_programs_are_built(home, models,  # noqa: F811
+                                                                                         monkeypatch):
     import pytest
 
     from omnidraft.errors import OmniDraftError
@@ -41,7 +42,5 @@ def test_a_bad_engine_is_refused_before_the_programs_are_built(home, models, mon
     from omnidraft.pairs import programs
 
     monkeypatch.setattr(programs, "ensure", lambda *a, **k: pytest.fail("programs built before the check"))
-    with pytest.raises(OmniDraftError, match="has no GGUF to run|llama-cpp-python is not installed"):
-        pair(models[1], models[0], engine="llamacpp", say=lambda *a, **k: None)
-    with pytest.raises(OmniDraftError, match="unknown engine 'vllm'"):
-        pair(models[1], models[0], engine="vllm", say=lambda *a, **k: None)
+    with pytest.raises(OmniDraftError, match="not bit-exact"):
+        pair(models[1], models[0], target_runtime="llamacpp", exact=True, say=lambda *a, **k: None)

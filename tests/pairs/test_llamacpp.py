@@ -18,18 +18,20 @@ EOS = 99
 
 
 class FakeLlama:
-    """What LlamaCppAlone uses of llama_cpp.Llama: greedy generation yielding a scripted stream."""
+    """What LlamaCppAlone uses of llama_cpp.Llama: greedy generation yielding a scripted stream,
+    and a vocabulary of 100 ids whose one end-of-generation id is EOS."""
 
     made: list = []
     script: list = [5, 6, 7, 8, 9]
+    _model = types.SimpleNamespace(model=None)
 
     def __init__(self, **kw):
         self.kw = kw
         self.prompts = []
         FakeLlama.made.append(self)
 
-    def token_eos(self):
-        return EOS
+    def n_vocab(self):
+        return 100
 
     def generate(self, ids, **kw):
         assert kw["top_k"] == 1 and kw["temp"] == 0.0 and kw["repeat_penalty"] == 1.0  # greedy, nothing added
@@ -40,7 +42,8 @@ class FakeLlama:
 @pytest.fixture()
 def fake_llama_cpp(monkeypatch):
     FakeLlama.made, FakeLlama.script = [], [5, 6, 7, 8, 9]
-    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(
+        Llama=FakeLlama, llama_model_get_vocab=lambda model: None, llama_vocab_is_eog=lambda vocab, i: i == EOS))
     return FakeLlama
 
 

@@ -1,0 +1,50 @@
+"""The target's runtimes measured against each other, for `omnidraft pair`: each runtime this
+machine can load (the ExecuTorch program when exported, the GGUF on llama.cpp when the extra is
+installed, besides the one the session runs) timed at every verify width, given the drafter's
+cost and the acceptance the pairing just measured, and the one the cost model predicts faster
+kept for this machine (pairs/runtime_choice.py). Each runtime's cost model is saved with the
+acceptance counts, so a session on either starts from them.
+
+Knows the cost model, the target loaders and the choice's file; printing is the caller's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.pairs import cost
+from omnidraft.pairs.build import local_target
+from omnidraft.pairs.runtime_choice import INEXACT, record
+
+CANDIDATES = ("executorch", "llamacpp")
+
+
+def compare(session, exact: bool, say: Callable[..., None]) -> dict:
+    """{"predicted_tokens_per_s": {runtime: tokens/s}, "k": {runtime: the k chosen there},
+    "one_token_ms": {runtime: ms}, "chosen": runtime} for the session's target (a local one whose
+    cost model and acceptance the session holds)."""
+    dl = session.draft_length
+    models = {session.target_runtime: dl.model}
+    for runtime in CANDIDATES:
+        if runtime in models or (exact and runtime in INEXACT):
+            continue
+        try:
+            lm = local_target(session.spec.target, runtime, dtype=session.runtime.dtype)
+        except OmniDraftError as err:
+            say(f"target on {runtime}: not compared ({err.problem})")
+            continue
+        say(f"timing the target on {runtime} ...")
+        timed = cost.measure(lm, None, cost.WIDTHS, reps=5)
+        models[runtime] = replace(dl.model, verify_ms=timed.verify_ms)  # the same drafter and translation
+        on = cost.measured_on(cost.runtime_name(lm, session.runtime.dtype), cost.runtime_name(session.drafter, "fp32"))
+        cost.save(cost.cost_file(session.spec.name, on), models[runtime], dl.reached, dl.accepted, on)
+        del lm
+    rates = dl.rates()
+    chosen = {runtime: model.choose(rates, dl.k_max) for runtime, model in models.items()}
+    predicted = {runtime: tps for runtime, (_k, tps) in chosen.items()}
+    return {"predicted_tokens_per_s": {r: round(v, 3) for r, v in predicted.items()},
+            "k": {runtime: k for runtime, (k, _tps) in chosen.items()},
+            "one_token_ms": {runtime: model.verify_ms[1] for runtime, model in models.items()},
+            "chosen": record(session.spec.name, predicted)}

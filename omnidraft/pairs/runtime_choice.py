@@ -1,0 +1,63 @@
+"""Which runtime a pair's target verifies on, on this CPU. Each runtime's speed is a measurement,
+not a constant (the ExecuTorch program beats llama.cpp on one CPU and trails it on another:
+../docs/cost-model.md), so `omnidraft pair` predicts the pair's decoding speed on each runtime it
+can load (its own v(n), the drafter's cost and the acceptance the pairing measured) and keeps
+the faster in pairs/<pair>/runtime.json with the CPU and thread count it was measured on. A
+target runtime of ``auto`` then loads that one; without a choice kept for this machine, ``auto``
+is the program when one is exported, else PyTorch (pairs/build.py). ``exact`` keeps to the
+bit-exact runtimes: the program (batch-invariant) and PyTorch; llama.cpp's multi-token calls are
+not batch-invariant.
+
+Knows the file and the runtimes' names; nothing about loading or timing them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json
+from omnidraft.pairs.spec import pair_dir
+
+FILE = "runtime.json"
+INEXACT = ("llamacpp",)  # runtimes whose verify calls are not batch-invariant
+
+
+def machine() -> dict:
+    """What a choice holds for: this CPU and torch's thread count (the programs' and llama.cpp's)."""
+    import torch
+
+    from omnidraft.pairs.cost import cpu_info
+
+    return {"cpu": cpu_info()["model"], "threads": torch.get_num_threads()}
+
+
+def resolve(pair: str | None, asked: str, exact: bool) -> str:
+    """The target runtime to load for ``pair``: ``asked`` unless it is ``auto``, then the choice
+    kept for this machine (one ``exact`` allows), else ``auto``."""
+    if exact and asked in INEXACT:
+        raise OmniDraftError(f"target runtime {asked!r} is not bit-exact (its multi-token verify calls are not "
+                             "batch-invariant)", "drop exact=True / --exact, or choose the executorch runtime")
+    if asked != "auto" or pair is None:
+        return asked
+    kept = load(pair)
+    if kept is None or kept["on"] != machine() or (exact and kept["target"] in INEXACT):
+        return "auto"
+    return kept["target"]
+
+
+def load(pair: str) -> dict | None:
+    """The kept choice: {"target", "predicted_tokens_per_s": {runtime: tokens/s}, "on"}, or None."""
+    try:
+        data = json.loads((pair_dir(pair) / FILE).read_text())
+        return data if isinstance(data.get("target"), str) and isinstance(data.get("on"), dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def record(pair: str, predicted: dict[str, float]) -> str:
+    """Keep the runtime predicted fastest (``predicted``: runtime -> decoding tokens/s); return it."""
+    best = max(predicted, key=predicted.get)
+    atomic_write_json(pair_dir(pair) / FILE, {"target": best, "predicted_tokens_per_s":
+                                              {r: round(v, 3) for r, v in predicted.items()}, "on": machine()})
+    return best

@@ -1,0 +1,145 @@
+"""The llama.cpp target runtime (device/llamacpp.py) on a tiny Qwen2 GGUF written with the `gguf`
+package and the real Qwen2.5 tokenizer (tests/gguf_tiny.py): the LM contract (logits, rollback,
+the cached prefix kept), one-line errors, a Session verifying on it (greedy: llama.cpp's own
+one-token-at-a-time output wherever its top-2 margin is not a near-tie), and sampling exact with
+respect to the distributions its calls compute (the first two tokens, a chi-square per position).
+Skipped without the llamacpp extra; CI builds it."""
+
+from collections import defaultdict
+
+import pytest
+import torch
+
+from omnidraft.decode.draft_length import FixedK
+from omnidraft.decode.generate import generate_speculative
+from omnidraft.decode.target import LocalTarget
+from omnidraft.errors import OmniDraftError
+from omnidraft.models.eager import CausalLM
+from omnidraft.propose.config import SpecConfig
+from omnidraft.sampling import SamplingConfig, probs
+
+from ..conftest import once_per_run, save_tiny, tiny, vocab_len
+from ..decode.test_lossless import ALPHA, _draws_for, _position_test
+from ..gguf_tiny import write_tiny_qwen2
+
+pytest.importorskip("llama_cpp", reason="the llamacpp extra (llama-cpp-python)")
+from omnidraft.device.llamacpp import LlamaCppLM  # noqa: E402
+
+HEAD_SCALE = 40.0  # a random head's logits have std ~0.16: sharpened, a few ids hold most of the mass
+VOCAB = 151936  # the packaged Qwen2.5 GGUF's vocabulary (its token list)
+PROMPT = "def add(a, b):"
+
+
+def _hf_model():
+    m = tiny("qwen2", VOCAB, seed=12)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(HEAD_SCALE)
+    return m
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory, qwen_tok):
+    from omnidraft.models import catalog
+
+    real = catalog.ensure_gguf("qwen2.5-coder-0.5b")
+    folder, _ = once_per_run(tmp_path_factory, "tiny-gguf",
+                             lambda d: write_tiny_qwen2(_hf_model(), real, d / "tiny.gguf").name)
+    return folder / "tiny.gguf"
+
+
+@pytest.fixture()
+def lm(gguf):
+    return LlamaCppLM(gguf, n_ctx=256, threads=1)
+
+
+def test_logits_follow_the_weights_and_the_cache_rolls_back(lm):
+    ref = CausalLM(_hf_model())
+    ids = [100, 2000, 30000, 151000, 7]
+    full = lm.prefill(ids).logits  # [1, V]
+    assert lm.length == 5 and lm.runtime.startswith("llama.cpp qwen2") and "F32" in lm.runtime
+    expected = ref.prefill(ids).logits
+    assert torch.allclose(full, expected, atol=2e-2) and int(full.argmax()) == int(expected.argmax())
+    rows = lm.extend([11, 12, 13]).logits  # [3, V]
+    lm.rollback(2)
+    assert lm.tokens == ids + [11]
+    again = lm.extend([12, 13]).logits
+    assert torch.equal(again, rows[1:])  # the same call after a rollback: the same logits
+    kept = lm.sync(ids + [11, 99]).logits  # the cached prefix is kept, only 99 fed
+    assert lm.tokens == ids + [11, 99] and kept.shape == (1, VOCAB)
+
+
+def test_bad_input_is_one_line_and_leaves_the_cache(lm, tmp_path):
+    lm.prefill([1, 2, 3])
+    with pytest.raises(ValueError, match="exceed the context window of 256"):
+        lm.extend([5] * 254)
+    with pytest.raises(ValueError, match="ids must be in"):
+        lm.extend([VOCAB])
+    assert lm.tokens == [1, 2, 3] and lm.extend([4]).logits.shape == (1, VOCAB)
+    with pytest.raises(OmniDraftError, match="GGUF file not found"):
+        LlamaCppLM(tmp_path / "missing.gguf")
+    with pytest.raises(OmniDraftError, match="no hidden states"):
+        lm.extend([5], hidden=True)
+
+
+def test_a_session_on_llamacpp_is_its_own_greedy_output(gguf, smollm_tok, qwen_tok, tmp_path, monkeypatch):
+    from omnidraft import Runtime, Session, TargetRef
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter = str(save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter"))
+    s = Session(drafter, TargetRef(str(gguf)), k=3, runtime=Runtime(target="llamacpp"), log=False)
+    assert s.target_runtime == "llamacpp" and s.target_model.n_ctx >= 1024
+    own = LocalTarget(LlamaCppLM(gguf, n_ctx=512, threads=1))
+    for prompt in (PROMPT, "for i in range(10):", "The weather today"):
+        ref, margins = [], []
+        lm = own.model
+        ctx = qwen_tok(prompt).input_ids
+        row = lm.sync(ctx).logits[0]
+        for _ in range(24):  # one token per call: llama.cpp's own greedy output, with its margins
+            top = torch.topk(row, 2).values
+            margins.append(float(top[0] - top[1]))
+            ref.append(int(row.argmax()))
+            row = lm.extend([ref[-1]]).logits[0]
+        got = s.generate(prompt, max_new_tokens=24)
+        assert got.metrics["target_runtime"] == "llamacpp"
+        sure = next((i for i, m in enumerate(margins) if m < 1e-2), len(ref))  # up to a near-tie
+        assert got.token_ids[:sure] == ref[:sure], prompt
+    with pytest.raises(OmniDraftError, match="not bit-exact"):
+        Session(drafter, TargetRef(str(gguf)), runtime=Runtime(target="llamacpp"), exact=True)
+    s.close()
+
+
+@pytest.mark.parametrize("strategy,mode,temperature", [("omnidraft", "point-mass", 1.0), ("tli", "rejection", 0.7)])
+def test_sampling_follows_the_distributions_its_calls_compute(gguf, smollm_tok, qwen_tok, strategy, mode,
+                                                              temperature):
+    """The first two tokens of seeded draws, against llama.cpp's own distributions (a call of
+    one position each: a verify of several rows may differ from it by rounding only, far below
+    what the test can see)."""
+    from omnidraft.translate.state import PairState
+
+    sampling = SamplingConfig(temperature=temperature)
+    drafter = CausalLM(tiny("llama", vocab_len(smollm_tok), seed=11))
+    lm = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    pair = PairState(smollm_tok, qwen_tok, drafter.vocab_size, VOCAB)
+    prompt_ids = qwen_tok(PROMPT).input_ids
+    ref = LlamaCppLM(gguf, n_ctx=256, threads=1)
+
+    class Exact:
+        """The exact distribution after the prompt (key: its last id) or after the prompt + x1."""
+
+        def logits_after(self, prev: list[int]) -> torch.Tensor:
+            return ref.sync(prompt_ids if self.first else prompt_ids + prev).logits
+
+    draws = _draws_for(probs(ref.sync(prompt_ids).logits[0], sampling))
+    positions = [defaultdict(list), defaultdict(list)]
+    for seed in range(draws):
+        target = LocalTarget(lm, SamplingConfig(temperature=temperature, seed=seed), mode)
+        out = generate_speculative(drafter, target, pair, PROMPT, cfg=SpecConfig(strategy), k=FixedK(3),
+                                   max_new_tokens=2).token_ids
+        positions[0][prompt_ids[-1]].append(out[0])
+        positions[1][out[0]].append(out[1])
+    exact = Exact()
+    for j, contexts in enumerate(positions):
+        exact.first = j == 0
+        pvalue, tv, n = _position_test(exact, sampling, contexts)
+        print(f"{strategy} {mode} T={temperature} position {j + 1}: p = {pvalue:.3g}, detects TV {tv:.3f} over {n}")
+        assert pvalue > ALPHA
