@@ -39,7 +39,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
         timed = cost.measure(lm, None, cost.WIDTHS, reps=5)
         models[runtime] = replace(dl.model, verify_ms=timed.verify_ms)  # the same drafter and translation
         on = cost.measured_on(cost.runtime_name(lm, session.runtime.dtype), cost.runtime_name(session.drafter, "fp32"))
-        cost.save(cost.cost_file(session.spec.name, on), models[runtime], dl.reached, dl.accepted, on)
+        cost.save(cost.cost_file(session.spec.name, on["target_runtime"]), models[runtime], dl.reached, dl.accepted, on)
         del lm
     rates = dl.rates()
     chosen = {runtime: model.choose(rates, dl.k_max) for runtime, model in models.items()}

@@ -185,12 +185,12 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
     return model, data.get("reached", []), data.get("accepted", [])
 
 
-def cost_file(pair_name: str, on: dict) -> Path:
-    """Where a pair's cost model measured ``on`` (measured_on) is kept: a llama.cpp target's in
-    cost-llamacpp.json, beside the program's (or PyTorch's) cost.json, so a pair keeps both."""
+def cost_file(pair_name: str, target_runtime: str) -> Path:
+    """Where a pair's cost model on ``target_runtime`` (runtime_name) is kept: a llama.cpp target's
+    in cost-llamacpp.json, beside the program's (or PyTorch's) cost.json, so a pair keeps both."""
     from omnidraft.pairs.spec import pair_dir
 
-    return pair_dir(pair_name) / ("cost-llamacpp.json" if on["target_runtime"].startswith("llama.cpp") else "cost.json")
+    return pair_dir(pair_name) / ("cost-llamacpp.json" if target_runtime.startswith("llama.cpp") else "cost.json")
 
 
 def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
@@ -202,7 +202,7 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
     from omnidraft.decode.draft_length import CostModelK
 
     on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
-    path = cost_file(pair_name, on)
+    path = cost_file(pair_name, runtime_name(target, eager_dtype))
     saved = load(path, on)
     if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms):
         reached, accepted = saved[1:] if saved else ([], [])

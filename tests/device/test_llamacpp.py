@@ -1,5 +1,6 @@
 """The llama.cpp target runtime (device/llamacpp.py) on a tiny Qwen2 GGUF written with the `gguf`
-package and the real Qwen2.5 tokenizer (tests/gguf_tiny.py): the LM contract (logits, rollback,
+package and the real Qwen2.5 tokenizer (export/gguf_write.py), its head sharpened (a random
+head's next-token distribution is otherwise near uniform over 151k ids): the LM contract (logits, rollback,
 the cached prefix kept), one-line errors, a Session verifying on it (greedy: llama.cpp's own
 one-token-at-a-time output wherever its top-2 margin is not a near-tie), and sampling exact with
 respect to the distributions its calls compute (the first two tokens, a chi-square per position).
@@ -20,7 +21,6 @@ from omnidraft.sampling import SamplingConfig, probs
 
 from ..conftest import once_per_run, save_tiny, tiny, vocab_len
 from ..decode.test_lossless import ALPHA, _draws_for, _position_test
-from ..gguf_tiny import write_tiny_qwen2
 
 pytest.importorskip("llama_cpp", reason="the llamacpp extra (llama-cpp-python)")
 from omnidraft.device.llamacpp import LlamaCppLM  # noqa: E402
@@ -39,11 +39,12 @@ def _hf_model():
 
 @pytest.fixture(scope="module")
 def gguf(tmp_path_factory, qwen_tok):
+    from omnidraft.export.gguf_write import write_hf_qwen2
     from omnidraft.models import catalog
 
     real = catalog.ensure_gguf("qwen2.5-coder-0.5b")
     folder, _ = once_per_run(tmp_path_factory, "tiny-gguf",
-                             lambda d: write_tiny_qwen2(_hf_model(), real, d / "tiny.gguf").name)
+                             lambda d: write_hf_qwen2(_hf_model(), real, d / "tiny.gguf").name)
     return folder / "tiny.gguf"
 
 
