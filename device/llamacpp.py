@@ -27,7 +27,7 @@ from omnidraft.models.lm import Forward
 from .threads import native_stderr_without
 
 INSTALL = "pip install -e '.[llamacpp]', with the README's build settings: ~4 min"
-BATCH = 512  # tokens per llama_decode call: a longer extend (a prompt) goes in pieces of this
+BATCH = 128  # tokens per llama_decode call (a longer prompt goes in pieces): its logits buffer is BATCH x vocab
 LOG_PREFIXES = ("llama_", "ggml_", "load", "print_info")  # llama.cpp's log lines, kept off the terminal
 
 

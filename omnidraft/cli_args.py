@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_openai(pr)
     pr.add_argument("--token-file", default=None, help="bearer token file for a remote target")
     pr.add_argument("--reset", action="store_true", help="drop the trained adapter and start fresh")
-    pr.add_argument("--calibration-seconds", type=float, default=120.0)
+    pr.add_argument("--calibration-seconds", type=float, default=40.0, help="about this long measuring "
+                    "acceptance and the pair beside the target alone (a session keeps re-estimating with use)")
     pr.add_argument("--max-new-tokens", type=int, default=48)
     pr.add_argument("--threads", type=int, default=None)
     pr.add_argument("--no-llamacpp", action="store_true", help="calibrate without the target alone on llama.cpp "

@@ -36,7 +36,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
             say(f"target on {runtime}: not compared ({err.problem})")
             continue
         say(f"timing the target on {runtime} ...")
-        timed = cost.measure(lm, None, cost.WIDTHS, reps=5)
+        timed = cost.measure(lm, None, cost.WIDTHS, reps=cost.REPS)
         models[runtime] = replace(dl.model, verify_ms=timed.verify_ms)  # the same drafter and translation
         on = cost.measured_on(cost.runtime_name(lm, session.runtime.dtype), cost.runtime_name(session.drafter, "fp32"))
         cost.save(cost.cost_file(session.spec.name, on["target_runtime"]), models[runtime], dl.reached, dl.accepted, on)

@@ -36,6 +36,7 @@ CONTEXT = 64  # tokens in the cache before a timed call (a short prompt's worth)
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32)
 CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied text's worth)
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
+REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
 
 
 def cpu_info() -> dict:
@@ -206,7 +207,7 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
     saved = load(path, on)
     if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms):
         reached, accepted = saved[1:] if saved else ([], [])
-        saved = (measure(target, drafter, WIDTHS, reps=5, progress=progress), reached, accepted)
+        saved = (measure(target, drafter, WIDTHS, reps=REPS, progress=progress), reached, accepted)
         save(path, *saved, on)
     return CostModelK(saved[0], saved[1], saved[2]), path, on
 
