@@ -82,8 +82,8 @@ def main() -> int:
                                   predicted_tokens_per_s_by_k=by_k, chosen_k=k, predicted_tokens_per_s=round(best, 3))
     v1 = timed.verify_ms[1]
     md = [f"A {args.shape}-shaped Qwen2 GGUF ({report['gguf_gib']} GiB, random Q4_0 weights) on llama.cpp; "
-          f"CPU: {cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {args.threads} threads. Loaded "
-          f"(memory-mapped) in {load_s:.1f} s.", "",
+          f"CPU: {cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {args.threads} threads. Loaded in "
+          f"{load_s:.1f} s.", "",
           *benchio.table(["width n", "ms", "v(n) = ms / one token"],
                          [[w, round(ms, 1), f"{ms / v1:.2f}"] for w, ms in timed.verify_ms.items()]), "",
           f"**Predicted** (the cost model; not measured: random weights accept nothing), with the drafter at "
