@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.home import subdir
+from omnidraft.quiet import loading_quietly
 
 FORMAT_VERSION = 1
 _MARKER = "omnidraft-model.json"
@@ -294,21 +295,6 @@ def _gguf_kept():
         gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
 
 
-@contextlib.contextmanager
-def _no_bars():
-    """transformers' weight loading and saving bars off for the call (the progress lines here say
-    what happens), as they were after it."""
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stderr) -> dict:
     """Load a GGUF with transformers (dequantised fp32) and save it as a safetensors model dir.
 
@@ -322,7 +308,7 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     shutil.rmtree(tmp, ignore_errors=True)
     progress(f"converting {gguf.name} to safetensors (one time; loads dequantised fp32 weights)")
     t0 = time.perf_counter()
-    with _no_bars(), _gguf_kept():
+    with loading_quietly(), _gguf_kept():
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         with _gguf_progress(progress):
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
@@ -332,7 +318,7 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    with _no_bars():
+    with loading_quietly():
         tok.save_pretrained(str(tmp))
         model.save_pretrained(str(tmp))
         del model

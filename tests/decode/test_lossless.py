@@ -180,3 +180,25 @@ def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampl
     assert report[0][2] <= TV * 1.01, report
     bad = [r for r in report if r[1] < ALPHA]
     assert not bad, report
+
+
+@pytest.mark.parametrize("sampling_name", ["T0.7", "top-p0.9"])
+def test_the_target_alone_samples_its_own_distribution(bigram_pair, sampling_name):
+    """Strategy `ar`, the k = 0 path of every entry point: an empty proposal per step, drawn by the
+    verifier's point-mass rule, is the target's own sampling."""
+    from omnidraft.decode.generate import generate_ar
+
+    _, t, pair = bigram_pair
+    temperature, top_p = SAMPLINGS[sampling_name]
+    last = pair.target_tok(PROMPT)["input_ids"][-1]
+    sampling = SamplingConfig(temperature=temperature, top_p=top_p)
+    positions = [defaultdict(list) for _ in range(3)]
+    for s in range(_draws_for(probs(t.logits_after([last])[0], sampling))):
+        out = generate_ar(LocalTarget(t, SamplingConfig(temperature=temperature, top_p=top_p, seed=s)), pair.target_tok,
+                          PROMPT, max_new_tokens=3)
+        prev = last
+        for j, x in enumerate(out.token_ids):
+            positions[j][prev].append(x)
+            prev = x
+    report = [_position_test(t, sampling, contexts) for contexts in positions]
+    assert report[0][1] <= TV * 1.01 and all(p >= ALPHA for p, _tv, _n in report), report
