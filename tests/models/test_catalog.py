@@ -47,6 +47,22 @@ def test_tampered_chunks_are_refused_and_nothing_left(tmp_path, monkeypatch):
     assert catalog.sha256_file(out) == digest
 
 
+def test_a_passing_check_is_noted_and_a_changed_file_is_hashed_again(tmp_path, monkeypatch):
+    import hashlib
+    import os
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"weights" * 1000)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert catalog._verified(path, digest)
+    monkeypatch.setattr(catalog, "sha256_file", lambda p: pytest.fail("hashed again though unchanged"))
+    assert catalog._verified(path, digest)
+    monkeypatch.undo()
+    path.write_bytes(b"tampered" * 875)  # the same size; its modification time moves
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert not catalog._verified(path, digest) and not (tmp_path / "m.gguf.verified").exists()
+
+
 def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
     spec = catalog.ModelSpec("ghost", "ghost", "ghost.gguf", "0" * 64,
