@@ -60,22 +60,38 @@ class AdapterStore:
         to save beside it (name -> state dict, e.g. an acceptance head)."""
         from safetensors.torch import save_file
 
+        d, version, tmp = self._next(pair)
+        model.save_pretrained(str(tmp), selected_adapters=[adapter_name])
+        src = tmp / adapter_name if (tmp / adapter_name).is_dir() else tmp
+        for name, state in (extra or {}).items():
+            save_file({k: v.contiguous() for k, v in state.items()}, str(src / f"{name}.safetensors"))
+        return self._commit(d, version, tmp, src, meta)
+
+    def publish_folder(self, pair: str, folder: Path, meta: dict | None = None) -> str:
+        """Publish a finished version folder made elsewhere (peft's adapter files, a head, e.g. a
+        pre-adapted adapter shipped with the package) as the next version; returns it."""
+        d, version, tmp = self._next(pair)
+        shutil.copytree(folder, tmp)
+        return self._commit(d, version, tmp, tmp, meta)
+
+    def _next(self, pair: str) -> tuple[Path, str, Path]:
+        """(the pair's folder, the next version's name, a fresh temp path to build it in)."""
         d = self._pair_dir(pair)
         d.mkdir(parents=True, exist_ok=True)
         last = self.latest(pair)
         version = f"v{(int(last[1:]) + 1) if last else 1:04d}"
         tmp = d / f".tmp-{version}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(str(tmp), selected_adapters=[adapter_name])
-        src = tmp / adapter_name if (tmp / adapter_name).is_dir() else tmp
-        for name, state in (extra or {}).items():
-            save_file({k: v.contiguous() for k, v in state.items()}, str(src / f"{name}.safetensors"))
+        return d, version, tmp
+
+    def _commit(self, d: Path, version: str, tmp: Path, src: Path, meta: dict | None) -> str:
+        """Write meta.json into ``src`` (inside ``tmp``) and rename it to the version atomically."""
         (src / "meta.json").write_text(json.dumps({"published_at": time.time(), **(meta or {})}))
         try:
             os.rename(src, d / version)  # atomic; fails if another publisher took the number
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise OmniDraftError(f"adapter version {version} of {pair} was published concurrently",
+            raise OmniDraftError(f"adapter version {version} of {d.name} was published concurrently",
                                  "publish again")
         shutil.rmtree(tmp, ignore_errors=True)
         return version

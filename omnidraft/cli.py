@@ -23,6 +23,26 @@ def _cmd_pair(args) -> int:
     return 0
 
 
+def _cmd_distill(args) -> int:
+    from omnidraft.device.threads import set_threads
+    from omnidraft.jobs.distill import DistillConfig, distill
+
+    cfg = DistillConfig(code=args.code, chat=args.chat, source=args.source, answer_tokens=args.answer_tokens, epochs=args.epochs)
+    set_threads(args.threads)
+    report = distill(args.target, args.drafter, cfg, target_runtime=args.target_runtime, restart=args.restart,
+                     publish=not args.no_publish, say=lambda s: print(s, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    verdict = (f"published {report['version']}" if report.get("version") else
+               "not published (--no-publish)" if report["publish"] else "rejected by the guard, not published")
+    print(f"{report['pair']}: {report['corpus_records']} corpus records ({report['corpus_target_positions']} target "
+          f"positions), {report['updates']} records trained in {report['train_seconds'] / 60:.1f} min; held-out "
+          f"teacher-forced acceptance {report['acceptance_before']:.3f} -> {report['acceptance_after']:.3f} "
+          f"(p worse = {report['guard_p_worse']:.3g}): {verdict}")
+    return 0
+
+
 def _cmd_pairs(args) -> int:
     from omnidraft.pairs.spec import adapter_store, list_specs, log_path
     from omnidraft.train.verlog import VerificationLog
@@ -304,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve-target":
             return _cmd_serve(args)
         handler = {"pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
-                   "export": _cmd_export, "export-adapter": _cmd_export_adapter, "cost": _cmd_cost}
+                   "export": _cmd_export, "export-adapter": _cmd_export_adapter, "cost": _cmd_cost,
+                   "distill": _cmd_distill}
         return handler[args.command](args)
     except OmniDraftError as err:
         print(f"omnidraft: error: {err}", file=sys.stderr)

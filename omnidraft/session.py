@@ -125,6 +125,10 @@ class Session:
         except OmniDraftError:
             pass
         self.store = adapter_store()
+        if adapter == "latest" and self.store.latest(self.spec.name) is None:  # aligned before the first prompt
+            from omnidraft.adapters import shipped
+
+            shipped.install(self.store, self.spec.name)
         check_adapter(adapter, self.store, self.spec.name)
         r = self.runtime
         lm = load_drafter(drafter, r.drafter, quant=r.quant, max_seq=r.max_seq, specvocab_k=r.specvocab_k, note=_note)

@@ -31,9 +31,17 @@ def builtin_prompts() -> list[str]:
     return [p for pair in zip(code, chat) for p in pair]
 
 
+def first_adapter(session) -> str:
+    """Publish the pair's first version: the pre-adapted adapter the package ships for it
+    (adapters/shipped.py), else a fresh one."""
+    from omnidraft.adapters import shipped
+
+    return shipped.install(session.store, session.spec.name) or fresh_adapter(session)
+
+
 def fresh_adapter(session) -> str:
-    """Publish version 1 for the session's pair: a LoRA adapter whose B matrices are zero (the
-    drafter unchanged) and an untrained acceptance head."""
+    """Publish the next version for the session's pair: a LoRA adapter whose B matrices are zero
+    (the drafter unchanged) and an untrained acceptance head."""
     from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
@@ -86,16 +94,17 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     owned = session is None
     session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact)
     name = session.spec.name
-    kept = session.store.latest(name)
-    if kept is None:
-        fresh_adapter(session)
+    if session.store.latest(name) is None:
+        first_adapter(session)
     session.refresh()
+    latest = session.store.list(name)[-1]
+    start = "pre-adapted" if latest.get("pre_adapted") else "fresh" if latest.get("fresh") else "kept"
     vmap = session.pair.vmap
     direct = int((vmap.d2t >= 0).sum())
     report = {"pair": name, "drafter": drafter, "target": target.ref, "adapter": session.version,
               "runtimes": {"drafter": session.drafter_runtime, "target": session.target_runtime},
               "programs_built": built,
-              "kept_trained_adapter": kept is not None,
+              "adapter_start": start,  # kept (trained here), pre-adapted (shipped) or fresh
               "vocabulary": {"drafter": len(vmap.d2t), "target": len(vmap.t2d), "shared": direct,
                              "shared_of_drafter": round(direct / len(vmap.d2t), 4),
                              "shared_of_target": round(direct / len(vmap.t2d), 4)},
@@ -150,7 +159,9 @@ def baseline(session, say) -> LlamaCppAlone | None:
 
 def format_report(r: dict) -> str:
     v, g = r["vocabulary"], r["ngrams"]
-    lines = [f"pair {r['pair']}: adapter {r['adapter']}" + (" (kept; --reset starts over)" if r["kept_trained_adapter"] else " (fresh)"),
+    start = {"kept": " (kept; --reset starts over)", "pre-adapted": " (pre-adapted to this target, shipped with "
+             "OmniDraft)", "fresh": " (fresh)"}[r["adapter_start"]]
+    lines = [f"pair {r['pair']}: adapter {r['adapter']}{start}",
              f"  vocabulary: drafter {v['drafter']}, target {v['target']}, shared {v['shared']} "
              f"({v['shared_of_drafter']:.1%} of the drafter's, {v['shared_of_target']:.1%} of the target's)",
              f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned",

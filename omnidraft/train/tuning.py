@@ -222,11 +222,11 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
     _history(spec, {"status": "published", "version": new, **info})
     say(f"{spec.name}: published {new}" + (f" (held-out acceptance {verdict.before:.3f} -> {verdict.after:.3f})"
                                            if verdict else ""))
-    return {"status": "published", "version": new, "ptds": _program_ptds(spec, store.path(spec.name, new), say),
+    return {"status": "published", "version": new, "ptds": write_ptds(spec, store.path(spec.name, new), say),
             **info}
 
 
-def _program_ptds(spec: PairSpec, version_dir, say: Callable[[str], None]) -> int:
+def write_ptds(spec: PairSpec, version_dir, say: Callable[[str], None]) -> int:
     """Write the new version's .ptd for each exported drafter program (the device swaps it in
     without converting); returns how many. A failure is a note: the version stays published."""
     from omnidraft.export.layout import publish_ptds

@@ -23,7 +23,7 @@ def test_calibration_reports_the_pair_against_llama_cpp_on_the_same_prompts(home
     assert seen == [(encode_prompt(s.target_tok, p, chat=False), 12) for p in PROMPTS[:3]]
     assert c["llamacpp_tokens_per_s"] == 20.0 and c["vs_llamacpp"] == round(c["tokens_per_s"] / 20.0, 3)
     assert "ar_tokens_per_s" in c
-    report = {"pair": "p", "adapter": "v1", "kept_trained_adapter": False, "calibration": c,
+    report = {"pair": "p", "adapter": "v1", "adapter_start": "fresh", "calibration": c,
               "vocabulary": {"drafter": 1, "target": 1, "shared": 1, "shared_of_drafter": 1.0, "shared_of_target": 1.0},
               "ngrams": {"seeded": 0, "learned": 0}, "runtimes": {"drafter": "eager", "target": "eager"}}
     assert f"vs llama.cpp alone 20.00 tokens/s ({c['vs_llamacpp']:.2f}x)" in format_report(report)

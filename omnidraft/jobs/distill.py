@@ -1,0 +1,251 @@
+"""`omnidraft distill` as a library function: align a pair's drafter to its target on the offline
+corpus (train/corpus.py) before any user prompt, then publish the result as the pair's next
+adapter version unless the guard finds it significantly worse on held-out prompts.
+
+Three stages, each resumable after a kill -9 (state in $OMNIDRAFT_HOME/pairs/<pair>/distill/):
+records (the target's distributions over each corpus answer, one target call each, stored as
+training records in SQLite, one transaction per record; held-out records are the target's own
+greedy answers to held-out prompts), training (train/offline.py: checkpointed epochs) and the
+verdict (teacher-forced greedy acceptance on the held-out records, zero adapter vs distilled,
+McNemar's test as the daemon's guard). Knows the stages and their files; the corpus, records and
+trainers are train/'s, printing the caller's (``say``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json
+from omnidraft.models.acceptance import HeadConfig
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, pair_dir, pair_name, save_spec
+from omnidraft.train.trainer import TrainConfig
+from omnidraft.train.tuning import RoundConfig, cursor, write_ptds
+
+SOURCES = ("teacher", "greedy", "mix")
+TOPK = 64  # the target's top-k a record keeps per position (as a Session's records)
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    code: int = 80  # HumanEval corpus problems (80 at most)
+    chat: int = 200  # ShareGPT conversations
+    answer_tokens: int = 256  # target tokens of each answer, at most
+    source: str = "teacher"  # teacher: the corpus answers | greedy: the target's own | mix: greedy for chat
+    epochs: int = 2
+    heldout: tuple[int, int] = (24, 10)  # held-out (code, chat) prompts (train/corpus.py)
+    heldout_tokens: int = 64  # the target's greedy answer length on each held-out prompt
+    checkpoint_every: int = 4  # trainer updates between checkpoints
+    # the daemon's round defaults, longer records (corpus answers run to 256 tokens after the prompt)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-3, divergence="fkl", max_tokens=384))
+    head: HeadConfig = field(default_factory=lambda: HeadConfig(labels="greedy", max_tokens=384))
+
+    def __post_init__(self):
+        checks = [(0 <= self.code <= 80, "code", "in 0..80"), (self.chat >= 0, "chat", ">= 0"),
+                  (self.code + self.chat > 0, "chat", "> 0 with code 0"), (self.answer_tokens >= 8, "answer_tokens", ">= 8"),
+                  (self.source in SOURCES, "source", f"one of {', '.join(SOURCES)}"),
+                  (self.epochs >= 1, "epochs", ">= 1"), (self.heldout_tokens >= 8, "heldout_tokens", ">= 8"),
+                  (self.checkpoint_every >= 1, "checkpoint_every", ">= 1")]
+        for ok, name, want in checks:
+            if not ok:
+                raise OmniDraftError(f"distill option {name} must be {want}, got {getattr(self, name)!r}")
+
+    def records_key(self) -> dict:
+        """What the stored records depend on: resuming with other values would mix corpora."""
+        return {"code": self.code, "chat": self.chat, "heldout": list(self.heldout), "source": self.source,
+                "answer_tokens": self.answer_tokens, "heldout_tokens": self.heldout_tokens, "topk": TOPK}
+
+
+def _eta(done: int, total: int, seconds: float) -> str:
+    if not done:
+        return ""
+    left = seconds / done * (total - done)
+    return f", ETA {left / 60:.0f} min" if left >= 60 else f", ETA {left:.0f} s"
+
+
+class _Stage:
+    """Progress lines for one stage: at most one every ``every_s`` seconds, with an ETA."""
+
+    def __init__(self, say, label: str, total: int, every_s: float = 10.0):
+        self.say, self.label, self.total, self.every_s = say, label, total, every_s
+        self.t0, self.last, self.start = time.perf_counter(), 0.0, None
+
+    def __call__(self, done: int, extra: str = "") -> None:
+        now = time.perf_counter()
+        if self.start is None:
+            self.start = (done, now)
+        if now - self.last < self.every_s and done < self.total:
+            return
+        self.last = now
+        d0, t0 = self.start
+        self.say(f"distill: {self.label} {done}/{self.total}{extra}{_eta(done - d0, self.total - d0, now - t0)}")
+
+
+def _state_dir(name: str, cfg: DistillConfig, restart: bool) -> Path:
+    d = pair_dir(name) / "distill"
+    key_file = d / "records.json"
+    if restart:
+        shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True, exist_ok=True)
+    if key_file.is_file() and json.loads(key_file.read_text()) != cfg.records_key():
+        raise OmniDraftError(f"{d} holds records made with other options ({key_file.read_text()})",
+                             "run again with the same options, or with --restart to start over")
+    atomic_write_json(key_file, cfg.records_key())
+    return d
+
+
+def make_records(spec: PairSpec, cfg: DistillConfig, log, target_runtime: str, say) -> dict:
+    """Stage 1: held-out then corpus records, skipping those already stored. Returns counts."""
+    import torch
+
+    from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
+    from omnidraft.models.loading import load_tokenizer
+    from omnidraft.pairs.build import local_target
+    from omnidraft.train.corpus import corpus, heldout
+    from omnidraft.train.teacher import answer_ids, greedy_answer, teacher_record
+    from omnidraft.translate.state import PairState
+
+    samples = corpus(cfg.code, cfg.chat)
+    held = heldout(*cfg.heldout)
+    have = {kind: {p for _i, p, _d in log.read(kind, limit=10**9)} for kind in ("heldout", "corpus")}
+    todo_held = [(n, p) for n, p in enumerate(held) if f"heldout/{n}" not in have["heldout"]]
+    todo = [s for s in samples if s.source not in have["corpus"]]
+    counts = {"heldout": len(held), "corpus": len(samples)}
+    if not todo_held and not todo:
+        return counts
+    say(f"distill: loading {spec.target} on {target_runtime} to make {len(todo_held) + len(todo)} records")
+    target = local_target(spec.target, target_runtime, note=say)
+    ttok, dtok = load_tokenizer(spec.target_tokenizer or spec.target), load_tokenizer(spec.drafter)
+    pair = PairState(dtok, ttok, dtok_vocab(spec.drafter), target.vocab_size, persist=True)
+    stop = stop_ids(ttok, model_eos_ids(target))
+    t0 = time.perf_counter()
+    tell = _Stage(say, "held-out records", len(held))
+    for n, (prompt, chat) in todo_held:
+        answer = greedy_answer(target, encode_prompt(ttok, prompt, chat=chat), cfg.heldout_tokens, stop)
+        rec = teacher_record(pair, target, prompt, chat, answer, TOPK)
+        if rec is not None:
+            log.append("heldout", f"heldout/{n}", rec.to_bytes())
+        tell(n + 1)
+    tell = _Stage(say, "corpus records", len(samples))
+    done = len(samples) - len(todo)
+    for s in todo:
+        greedy = cfg.source == "greedy" or (cfg.source == "mix" and s.chat)
+        answer = (greedy_answer(target, encode_prompt(ttok, s.prompt, chat=s.chat), cfg.answer_tokens, stop)
+                  if greedy else answer_ids(ttok, s.answer, cfg.answer_tokens))
+        rec = teacher_record(pair, target, s.prompt, s.chat, answer, TOPK)
+        log.append("corpus", s.source, rec.to_bytes() if rec is not None else b"")
+        done += 1
+        tell(done)
+    del target
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return {**counts, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def dtok_vocab(drafter: str) -> int:
+    """The drafter's vocabulary size (its config; no weights loaded)."""
+    from transformers import AutoConfig
+
+    from omnidraft.models.loading import resolve
+
+    return int(AutoConfig.from_pretrained(str(resolve(drafter)[0])).vocab_size)
+
+
+def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = DistillConfig(), *,
+            target_runtime: str = "auto", restart: bool = False, publish: bool = True,
+            say: Callable[[str], None] | None = None) -> dict:
+    """Run (or resume) the three stages for the pair; returns the report (also written to
+    distill/report.json). ``publish``: the distilled adapter becomes the pair's next version
+    when the guard passes it."""
+    from omnidraft.models.acceptance import AcceptanceHead
+    from omnidraft.models.loading import load_model
+    from omnidraft.train.guard import judge
+    from omnidraft.train.offline import schedule, train
+    from omnidraft.train.records import Record
+    from omnidraft.train.trainer import attach_lora
+    from omnidraft.train.tuning import match_hits
+    from omnidraft.train.verlog import VerificationLog
+
+    say = say or (lambda _m: None)
+    cpu0 = _cpu_s()
+    spec = PairSpec(drafter, target)
+    save_spec(spec)
+    d = _state_dir(spec.name, cfg, restart)
+    log = VerificationLog(d / "records.sqlite", max_bytes=1 << 40)
+    try:
+        made = make_records(spec, cfg, log, _teacher_runtime(target, target_runtime), say)
+        rows = {i: data for i, _p, data in log.read("corpus", limit=10**9) if data}
+        held = [Record.from_bytes(data) for _i, _p, data in log.read("heldout", limit=10**9)]
+    finally:
+        log.close()
+    rcfg = RoundConfig(train=cfg.train, head=cfg.head)
+    order = schedule(sorted(rows), cfg.epochs, cfg.train.update_interval)
+    finished = _finished(d, len(order))
+    if finished is not None:
+        say(f"distill: already done for these options ({finished.get('version') or 'not published'})")
+        return finished
+    from omnidraft.quiet import loading_quietly
+
+    base = load_model(drafter, dtype="fp32").model
+    with loading_quietly():
+        model = attach_lora(base, cfg.train)
+    before = match_hits(model, held, cfg.train.max_tokens)  # the zero adapter: the drafter itself
+    head = AcceptanceHead(base.config.hidden_size, cfg.head.width)
+    tell = _Stage(say, "training on records", len(order))
+    done = train(model, head, order, rows.__getitem__, d / "checkpoint.pt", rcfg, cfg.checkpoint_every,
+                 on_progress=lambda p: tell(p.done))
+    verdict = judge(before, match_hits(model, held, cfg.train.max_tokens), rcfg.guard_alpha)
+    tokens = sum(_positions(Record.from_bytes(b)) for b in rows.values())
+    report = {"pair": spec.name, "config": dataclasses.asdict(cfg), "records": made, "corpus_records": len(rows),
+              "corpus_target_positions": tokens, "held_out_records": len(held), "updates": len(order),
+              "train_seconds": round(done.seconds, 1), **verdict.to_dict(), "publish": verdict.publish}
+    if publish and verdict.publish:
+        store = adapter_store()
+        meta = {"distilled": True, "records_through": cursor(spec, store), **report}  # the log's cursor stays
+        report["version"] = store.publish(spec.name, model, meta=meta, extra={"head": head.state_dict()})
+        write_ptds(spec, store.path(spec.name, report["version"]), say)
+    report["cpu_seconds_this_run"] = round(_cpu_s() - cpu0, 1)
+    atomic_write_json(d / "report.json", report, indent=1)
+    return report
+
+
+def _cpu_s() -> float:
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
+def _finished(d: Path, updates: int) -> dict | None:
+    """The report of a run that finished with these records (its version still published), else None."""
+    path = d / "report.json"
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    version = report.get("version")
+    if report.get("updates") != updates or (version and version not in adapter_store().versions(report["pair"])):
+        return None
+    return report
+
+
+def _positions(rec) -> int:
+    """A record's target positions the losses see: direct-mapped ones and n-gram segments."""
+    return int((rec.kl_row >= 0).sum() + rec.ngram_first.sum())
+
+
+def _teacher_runtime(target: str, asked: str) -> str:
+    """``auto``: llama.cpp where it is installed and the target has a GGUF (its prefill with every
+    position's logits ran 60 tokens/s on the 1.5B here, 2 threads), else the runtime ``auto`` loads."""
+    if asked != "auto":
+        return asked
+    import importlib.util
+
+    from omnidraft.models.catalog import CATALOG
+
+    has_gguf = target.endswith(".gguf") or target in CATALOG  # every catalog model is a packaged GGUF
+    return "llamacpp" if has_gguf and importlib.util.find_spec("llama_cpp") else "auto"

@@ -1,0 +1,153 @@
+"""The pre-adapted drafter (#54) against the zero adapter, on held-out code and chat prompts that
+are not in the distillation corpus (HumanEval 40+, our chat prompts 10+), interleaved per prompt
+(rotating order), greedy, prefill included: the pair with the distilled adapter, the pair with
+the drafter unadapted (each a Session on the same runtimes, the cost model choosing k and copies),
+the target alone on the same runtime, llama.cpp alone on the target's GGUF and transformers'
+assisted generation at its best setting. Before the timed runs, each pair drafts a fixed k on
+the same prompts (untimed): the acceptance per draft position each adapter gets, which also
+calibrates each session's cost model on its own adapter. Every pair output is checked against
+the target alone's (lossless).
+
+  omnidraft distill --target qwen2.5-coder-1.5b && python scripts/bench_distill.py --target qwen2.5-coder-1.5b
+Writes bench/results/distill-<stamp>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> int:
+    from omnidraft.device.threads import configure_process
+
+    configure_process()
+    import benchio
+    import benchsetup
+
+    ap = benchsetup.parser(__doc__, k=False, max_new_tokens=64, target="qwen2.5-coder-1.5b")
+    ap.add_argument("--version", default=None, help="the distilled adapter version (default: the pair's latest)")
+    ap.add_argument("--code", type=int, default=6)
+    ap.add_argument("--chat", type=int, default=6)
+    ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
+    ap.add_argument("--target-runtime", default="executorch", help="the target's runtime for every pair row")
+    ap.add_argument("--no-transformers", action="store_true", help="skip transformers' assisted generation")
+    args = ap.parse_args()
+    benchsetup.start(args.threads)
+    log = benchsetup.logger("distill")
+
+    from baselines import BEST, assisted_name, baselines
+    from omnidraft import Runtime, Session
+    from omnidraft.decode.generate import generate_ar
+    from omnidraft.decode.text import encode_prompt
+    from omnidraft.models.lm import same_start
+    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.pairs.spec import adapter_store, pair_name
+
+    name = pair_name(args.drafter, args.target)
+    version = args.version or adapter_store().latest(name)
+    meta = next((m for m in adapter_store().list(name) if m["version"] == version), {})
+    runtime = Runtime(target=args.target_runtime)
+    distilled, zero = f"pair, distilled ({version})", "pair, zero adapter"
+    sessions = {distilled: Session(args.drafter, args.target, adapter=version, runtime=runtime, log=False),
+                zero: Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)}
+    first = sessions[distilled]
+    alone_row = f"target alone ({first.target_runtime})"
+    runs = baselines(args.target, args.drafter, args.threads, log, assisted=() if args.no_transformers else (BEST,))
+    sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
+            "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=10)]}
+    models = [m for s in sessions.values() for m in (s.target_model, s.drafter)]
+
+    positions = {row: defaultdict(lambda: [0, 0]) for row in sessions}  # position -> [reached, accepted]
+    for set_name, prompts in sets.items():
+        for i, (prompt, chat) in enumerate(prompts):
+            log(f"fixed k = {args.probe_k}: {set_name} {i + 1}/{len(prompts)}")
+            for row, s in sessions.items():
+                s.new_conversation()
+                with s.draft_length.fixed(args.probe_k):
+                    m = s.generate(prompt, max_new_tokens=args.max_new_tokens, chat=chat).metrics
+                for p, (n, a) in enumerate(zip(m["position_reached"], m["position_accepted"])):
+                    positions[row][(set_name, p)][0] += n
+                    positions[row][(set_name, p)][1] += a
+
+    rows = list(sessions) + [alone_row] + list(runs)
+    tally = {s: {r: benchio.Tally() for r in rows} for s in sets}
+    forwards, lossless, chosen = defaultdict(int), defaultdict(int), defaultdict(list)
+    for set_name, prompts in sets.items():
+        for i, (prompt, chat) in enumerate(prompts):
+            log(f"timed: {set_name} {i + 1}/{len(prompts)}")
+            ids = encode_prompt(first.target_tok, prompt, chat=chat)
+            again = same_start(*models)
+            order = rows[i % len(rows):] + rows[: i % len(rows)]
+            outputs = {}
+            for row in order:
+                again()
+                if row in sessions:
+                    s = sessions[row]
+                    s.new_conversation()
+                    got = s.generate(prompt, max_new_tokens=args.max_new_tokens, chat=chat)
+                    outputs[row] = got.token_ids
+                    forwards[(set_name, row)] += got.metrics["target_forwards"]
+                    chosen[(set_name, row)].append(s.draft_length.state().get("k"))
+                elif row == alone_row:
+                    got = generate_ar(first.target, first.target_tok, prompt, max_new_tokens=args.max_new_tokens,
+                                      chat=chat)
+                    outputs[row] = got.token_ids
+                else:
+                    n, secs = runs[row](ids, args.max_new_tokens)
+                    tally[set_name][row].add({"new_tokens": n, "wall_s": secs, "proposed": 0, "accepted": 0,
+                                              "steps": n, "ngram_proposed": 0})
+                    continue
+                tally[set_name][row].add(benchio.filled(got.metrics))
+            for row in sessions:
+                lossless[row] += outputs[row] == outputs[alone_row]
+
+    cpu = cpu_info()
+    cpu_line = f"{cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {args.threads} threads"
+    header = ["set"] + rows + ["distilled / zero adapter", "distilled / target alone", "distilled / llama.cpp alone",
+                               "tokens per target forward (distilled, zero)", "forwards ratio"]
+    table = []
+    for set_name in sets:
+        t = tally[set_name]
+        tps = {r: t[r].tokens_per_s() for r in rows}
+        per_fwd = {r: t[r].tokens / max(forwards[(set_name, r)], 1) for r in sessions}
+        llama = tps.get("llama.cpp target alone")
+        table.append([set_name] + [tps[r] for r in rows] + [
+            f"{tps[distilled] / tps[zero]:.2f}x", f"{tps[distilled] / tps[alone_row]:.2f}x",
+            f"{tps[distilled] / llama:.2f}x" if llama else "",
+            f"{per_fwd[distilled]:.2f}, {per_fwd[zero]:.2f}", f"{per_fwd[distilled] / per_fwd[zero]:.2f}x"])
+    pos_rows = []
+    for set_name in sets:
+        for row in sessions:
+            cells = [positions[row][(set_name, p)] for p in range(args.probe_k)]
+            pos_rows.append([set_name, row] + [f"{a / n:.3f} ({n})" if n else "" for n, a in cells])
+    n_prompts = sum(len(p) for p in sets.values())
+    report = benchio.stamp_report(drafter=args.drafter, target=args.target, cpu=cpu, threads=args.threads,
+                                  max_new_tokens=args.max_new_tokens, version=version, adapter_meta=meta,
+                                  target_runtime=first.target_runtime, drafter_runtime=first.drafter_runtime,
+                                  tokens_per_s={n: {r: tally[n][r].tokens_per_s() for r in rows} for n in sets},
+                                  tokens_per_forward={f"{n} / {r}": tally[n][r].tokens / max(forwards[(n, r)], 1)
+                                                      for n in sets for r in sessions},
+                                  k_chosen={f"{n} / {r}": v for (n, r), v in chosen.items()},
+                                  position_acceptance={r: {f"{n} / {p}": v for (n, p), v in d.items()}
+                                                       for r, d in positions.items()},
+                                  identical_to_target_alone={r: f"{lossless[r]}/{n_prompts}" for r in sessions})
+    md = [f"{args.drafter} -> {args.target}, greedy, {args.max_new_tokens} new tokens, prefill included, interleaved "
+          f"per prompt (rotating order); target on {first.target_runtime}, drafter on {first.drafter_runtime}. "
+          f"CPU: {cpu_line}.", "", "Tokens/s:", "", *benchio.table(header, table), "",
+          f"Acceptance per draft position at k = {args.probe_k} (accepted / reached, reached in brackets), the same "
+          "prompts, untimed:", "", *benchio.table(["set", "pair"] + [f"position {p + 1}" for p in range(args.probe_k)],
+                                                   pos_rows), "",
+          "Outputs identical to the target alone's: " + ", ".join(f"{r} {lossless[r]}/{n_prompts}" for r in sessions)
+          + ".", "", f"transformers row: {assisted_name(BEST)}." if not args.no_transformers else ""]
+    benchio.save(args.out, "distill", "A drafter aligned before the first prompt", report, md)
+    for s in sessions.values():
+        s.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""`omnidraft distill` on tiny models with the real tokenizers: records, training and the guard's
+verdict; the adapter published for the pair; a second run loads no target and publishes nothing
+twice; options it cannot honour are one line."""
+
+import subprocess
+import sys
+
+import pytest
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.jobs.distill import DistillConfig, distill
+from omnidraft.models.acceptance import HeadConfig
+from omnidraft.pairs.spec import adapter_store, pair_name
+from omnidraft.train.trainer import TrainConfig
+
+from ..conftest import save_tiny, tiny, vocab_len
+
+CFG = DistillConfig(code=4, chat=0, heldout=(2, 2), epochs=1, answer_tokens=24, heldout_tokens=12,
+                    train=TrainConfig(lr=1e-3, divergence="fkl", max_tokens=128, update_interval=2, batch_size=2),
+                    head=HeadConfig(labels="greedy", batch_size=2, max_tokens=128))
+
+
+@pytest.fixture()
+def pair_paths(tmp_path, monkeypatch, smollm_tok, qwen_tok):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    d = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=1), smollm_tok, tmp_path / "drafter")
+    t = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=2), qwen_tok, tmp_path / "target")
+    return str(d), str(t)
+
+
+def test_distill_publishes_a_guarded_adapter_once_and_resumes_without_the_target(pair_paths, monkeypatch):
+    drafter, target = pair_paths
+    lines: list[str] = []
+    report = distill(target, drafter, CFG, say=lines.append)
+    assert report["corpus_records"] == 4 and report["held_out_records"] == 4 and report["updates"] == 4
+    assert report["publish"] and report["version"] == "v0001"
+    assert 0.0 <= report["acceptance_before"] <= 1.0 and report["corpus_target_positions"] > 0
+    meta = adapter_store().list(pair_name(drafter, target))[0]
+    assert meta["distilled"] and meta["records_through"] == 0 and meta["updates"] == 4
+    assert any(line.startswith("distill: corpus records 4/4") for line in lines)
+
+    def no_target(*_a, **_k):
+        raise AssertionError("a finished stage ran again")
+
+    monkeypatch.setattr("omnidraft.pairs.build.local_target", no_target)
+    again = distill(target, drafter, CFG, say=lines.append)
+    assert again["version"] == "v0001" and adapter_store().versions(pair_name(drafter, target)) == ["v0001"]
+    with pytest.raises(OmniDraftError, match="other options"):
+        distill(target, drafter, DistillConfig(code=3, chat=0), say=lines.append)
+
+
+def test_bad_distill_options_are_one_line(tmp_path):
+    with pytest.raises(OmniDraftError, match="epochs must be >= 1"):
+        DistillConfig(epochs=0)
+    with pytest.raises(OmniDraftError, match="source must be one of"):
+        DistillConfig(source="books")
+    out = subprocess.run([sys.executable, "-m", "omnidraft.cli", "distill", "--target", "qwen2.5-coder-0.5b",
+                          "--code", "81"], capture_output=True, text=True, env={"OMNIDRAFT_HOME": str(tmp_path),
+                                                                              "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "code must be in 0..80" in out.stderr
