@@ -1,6 +1,6 @@
 """The target's runtimes measured against each other, for `omnidraft pair`: each runtime this
 machine can load (the ExecuTorch program when exported, the GGUF on llama.cpp when the extra is
-installed, besides the one the session runs) timed at every verify width, given the drafter's
+installed, and the one the session runs, timed again) timed at every verify width in one sitting, given the drafter's
 cost and the acceptance the pairing just measured, and the one the cost model predicts faster
 kept for this machine (pairs/runtime_choice.py). Each runtime's cost model is saved with the
 acceptance counts, so a session on either starts from them.
@@ -26,6 +26,10 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     "one_token_ms": {runtime: ms}, "chosen": runtime} for the session's target (a local one whose
     cost model and acceptance the session holds)."""
     dl = session.draft_length
+    say(f"timing the target on {session.target_runtime} ...")  # again: a timing saved earlier may be stale
+    dl.model.verify_ms = cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS).verify_ms
+    dl.reestimate()
+    session.save_cost()
     models = {session.target_runtime: dl.model}
     for runtime in CANDIDATES:
         if runtime in models or (exact and runtime in INEXACT):
