@@ -61,7 +61,8 @@ class Session:
     (``lossless`` says). ``lookup``: rounds may verify ids copied from the context (the prompt,
     the output, this conversation's earlier turns) where the cost model prefers them. ``log``:
     every generation's verifications go to the log the daemon trains from. ``adapter``: "latest"
-    (the pair's last published version, switching when a newer one is published), "none", or a
+    (the pair's last published version, switching when a newer one is published; with none yet,
+    the pre-adapted one the package ships for the pair, adapters/shipped.py), "none", or a
     version name. ``runtime``: runtimes, programs, dtype, threads, n-gram cache bound
     (pairs/settings.py); ``Runtime(target="llamacpp")`` verifies on the target's GGUF with
     llama.cpp, exact with respect to the logits its verify calls compute (not batch-invariant,

@@ -102,8 +102,6 @@ def _state_dir(name: str, cfg: DistillConfig, restart: bool) -> Path:
 
 def make_records(spec: PairSpec, cfg: DistillConfig, log, target_runtime: str, say) -> dict:
     """Stage 1: held-out then corpus records, skipping those already stored. Returns counts."""
-    import torch
-
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import local_target
@@ -122,7 +120,7 @@ def make_records(spec: PairSpec, cfg: DistillConfig, log, target_runtime: str, s
     say(f"distill: loading {spec.target} on {target_runtime} to make {len(todo_held) + len(todo)} records")
     target = local_target(spec.target, target_runtime, note=say)
     ttok, dtok = load_tokenizer(spec.target_tokenizer or spec.target), load_tokenizer(spec.drafter)
-    pair = PairState(dtok, ttok, dtok_vocab(spec.drafter), target.vocab_size, persist=True)
+    pair = PairState(dtok, ttok, _vocab_size(spec.drafter), target.vocab_size, persist=True)
     stop = stop_ids(ttok, model_eos_ids(target))
     t0 = time.perf_counter()
     tell = _Stage(say, "held-out records", len(held))
@@ -142,12 +140,10 @@ def make_records(spec: PairSpec, cfg: DistillConfig, log, target_runtime: str, s
         log.append("corpus", s.source, rec.to_bytes() if rec is not None else b"")
         done += 1
         tell(done)
-    del target
-    torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return {**counts, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def dtok_vocab(drafter: str) -> int:
+def _vocab_size(drafter: str) -> int:
     """The drafter's vocabulary size (its config; no weights loaded)."""
     from transformers import AutoConfig
 
