@@ -50,7 +50,9 @@ class DistillConfig:
         checks = [(0 <= self.code <= 80, "code", "in 0..80"), (self.chat >= 0, "chat", ">= 0"),
                   (self.code + self.chat > 0, "chat", "> 0 with code 0"), (self.answer_tokens >= 8, "answer_tokens", ">= 8"),
                   (self.source in SOURCES, "source", f"one of {', '.join(SOURCES)}"),
-                  (self.epochs >= 1, "epochs", ">= 1"), (self.heldout_tokens >= 8, "heldout_tokens", ">= 8"),
+                  (self.epochs >= 1, "epochs", ">= 1"),
+                  (len(self.heldout) == 2 and min(self.heldout) >= 0 and sum(self.heldout) >= 1, "heldout",
+                   "(code, chat) prompts, at least one"), (self.heldout_tokens >= 8, "heldout_tokens", ">= 8"),
                   (self.checkpoint_every >= 1, "checkpoint_every", ">= 1")]
         for ok, name, want in checks:
             if not ok:
@@ -160,6 +162,7 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     when the guard passes it."""
     from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.models.loading import load_model
+    from omnidraft.quiet import loading_quietly
     from omnidraft.train.guard import judge
     from omnidraft.train.offline import schedule, train
     from omnidraft.train.records import Record
@@ -185,8 +188,6 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     if finished is not None:
         say(f"distill: already done for these options ({finished.get('version') or 'not published'})")
         return finished
-    from omnidraft.quiet import loading_quietly
-
     base = load_model(drafter, dtype="fp32").model
     with loading_quietly():
         model = attach_lora(base, cfg.train)

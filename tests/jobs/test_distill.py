@@ -52,6 +52,8 @@ def test_distill_publishes_a_guarded_adapter_once_and_resumes_without_the_target
 def test_bad_distill_options_are_one_line(tmp_path):
     with pytest.raises(OmniDraftError, match="epochs must be >= 1"):
         DistillConfig(epochs=0)
+    with pytest.raises(OmniDraftError, match="heldout must be"):
+        DistillConfig(heldout=(0, 0))  # the guard needs held-out prompts
     with pytest.raises(OmniDraftError, match="source must be one of"):
         DistillConfig(source="books")
     out = subprocess.run([sys.executable, "-m", "omnidraft.cli", "distill", "--target", "qwen2.5-coder-0.5b",
