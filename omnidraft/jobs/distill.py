@@ -172,6 +172,8 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
 
     say = say or (lambda _m: None)
     cpu0 = _cpu_s()
+    for ref in (target, drafter):  # before anything is written for the pair
+        _check_model(ref)
     spec = PairSpec(drafter, target)
     save_spec(spec)
     d = _state_dir(spec.name, cfg, restart)
@@ -228,6 +230,14 @@ def _finished(d: Path, updates: int) -> dict | None:
     if report.get("updates") != updates or (version and version not in adapter_store().versions(report["pair"])):
         return None
     return report
+
+
+def _check_model(ref: str) -> None:
+    """A one-line error for a reference that is neither a catalog name nor an existing path."""
+    from omnidraft.models import catalog
+
+    if ref not in catalog.CATALOG and not Path(ref).expanduser().exists():
+        catalog.spec_for(ref)  # raises the unknown-model error with the catalog's names
 
 
 def _positions(rec) -> int:

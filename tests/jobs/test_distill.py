@@ -49,7 +49,11 @@ def test_distill_publishes_a_guarded_adapter_once_and_resumes_without_the_target
         distill(target, drafter, DistillConfig(code=3, chat=0), say=lines.append)
 
 
-def test_bad_distill_options_are_one_line(tmp_path):
+def test_bad_distill_options_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    with pytest.raises(OmniDraftError, match="unknown model 'nosuch'"):
+        distill("nosuch", cfg=CFG)
+    assert not (tmp_path / "home" / "pairs").exists()  # no pair registered for it
     with pytest.raises(OmniDraftError, match="epochs must be >= 1"):
         DistillConfig(epochs=0)
     with pytest.raises(OmniDraftError, match="heldout must be"):
