@@ -106,7 +106,7 @@ def main() -> int:
                 lossless[row] += outputs[row] == outputs[alone_row]
 
     cpu = cpu_info()
-    cpu_line = f"{cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {args.threads} threads"
+    cpu_line = benchio.cpu_line(cpu, args.threads)
     header = ["set"] + rows + ["distilled / zero adapter", "distilled / target alone", "distilled / llama.cpp alone",
                                "tokens per target forward (distilled, zero)", "forwards ratio"]
     table = []

@@ -112,7 +112,7 @@ def main() -> int:
             predicted[(name, row)] = state["predicted_tokens_per_s"] if state["k"] else state["target_alone_tokens_per_s"]
 
     cpu = cpu_info()
-    cpu_line = f"{cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {args.threads} threads"
+    cpu_line = benchio.cpu_line(cpu, args.threads)
     llama_row = "llama.cpp target alone"
     header = ["set"] + rows + ["pair on llama.cpp / llama.cpp alone", "pair on the program / llama.cpp alone",
                                "tokens per target forward (llama.cpp, program)"]

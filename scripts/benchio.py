@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def cpu_line(cpu: dict, threads: int) -> str:
+    """The CPU as every table states it: model, cores, flags, threads (``cpu``: pairs.cost.cpu_info())."""
+    return f"{cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {threads} threads"
+
+
 def stamp_report(**fields) -> dict:
     """The fields every report carries: the command, the date, the library versions."""
     import tokenizers
