@@ -16,7 +16,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.jobs import runtimes
 from omnidraft.jobs.compare import measure
 from omnidraft.pairs.llamacpp import LlamaCppAlone, llamacpp_engine
-from omnidraft.pairs.runtime_choice import resolve
+from omnidraft.pairs.runtime_choice import resolve, settle
 from omnidraft.pairs.settings import TargetRef
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, adapter_store, pair_dir, pair_name
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
@@ -122,23 +122,52 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
             if target_runtime == "auto" and not target.remote:
                 report["runtimes"]["compared"] = compared = runtimes.compare(session, exact, say)
                 if owned and compared["chosen"] != session.target_runtime:
-                    session.close()
-                    session = Session(drafter, target, runtime=Runtime(target=compared["chosen"]))
-                    report["runtimes"]["target"], dl = session.target_runtime, session.draft_length
-            report["cost_model"] = {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
-                                    "translate_ms": dl.model.translate_ms, "on": session.cost_on}
-        # on llama.cpp the target alone is llama.cpp alone: no second copy of the GGUF
-        llama = baseline(session, say) if llamacpp and session.target_runtime != "llamacpp" else None
-        with session.pair_only():
-            report["calibration"] = c = measure(session, prompts, max_new_tokens=max_new_tokens,
-                                                ar=not session.spec.remote, say=say, budget_s=calibration_s / 2,
-                                                llamacpp=llama)
+                    session = _reopen(session, drafter, target, compared["chosen"])
+                    report["runtimes"]["target"] = session.target_runtime
+            report["cost_model"] = _cost_model(session)
+        report["calibration"] = c = _calibrate(session, prompts, llamacpp, max_new_tokens, calibration_s, say)
+        compared = report["runtimes"].get("compared")
+        if compared:  # the measurement settles what the predictions left open (runtime_choice.py)
+            vs = c.get("vs_llamacpp")
+            compared["calibrated_on"], compared["measured_vs_llamacpp"] = session.target_runtime, vs
+            compared["chosen"] = settle(name, compared["predicted_tokens_per_s"], session.target_runtime, vs)
+            if owned and compared["chosen"] != session.target_runtime:
+                say(f"the pair on {session.target_runtime} ran {vs:.2f}x llama.cpp alone: the target goes to "
+                    f"{compared['chosen']}")
+                session = _reopen(session, drafter, target, compared["chosen"])
+                report["runtimes"]["target"] = session.target_runtime
+                report["cost_model"] = _cost_model(session)
+                report["calibration"] = c = _calibrate(session, prompts, llamacpp, max_new_tokens, calibration_s, say)
         choice = session.engine_choice  # an OpenAI-API target's engine: the pair against it alone
         if choice is not None and c.get("ar_tokens_per_s"):
             choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
             report["engine"] = {"pair_tokens_per_s": choice.pair_tokens_per_s,
                                 "engine_tokens_per_s": choice.engine_tokens_per_s, "hands_over": choice.engine_now()}
     return report
+
+
+def _reopen(session, drafter: str, target: TargetRef, runtime: str):
+    """The pair's session again with its target on ``runtime`` (the old one closed first: memory)."""
+    from omnidraft.pairs.settings import Runtime
+    from omnidraft.session import Session
+
+    session.close()
+    return Session(drafter, target, runtime=Runtime(target=runtime))
+
+
+def _cost_model(session) -> dict:
+    dl = session.draft_length
+    return {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
+            "translate_ms": dl.model.translate_ms, "on": session.cost_on}
+
+
+def _calibrate(session, prompts: list[str], llamacpp: bool, max_new_tokens: int, calibration_s: float, say) -> dict:
+    """The pair beside the target alone and (``llamacpp``, off llama.cpp) llama.cpp alone, interleaved."""
+    # on llama.cpp the target alone is llama.cpp alone: no second copy of the GGUF
+    llama = baseline(session, say) if llamacpp and session.target_runtime != "llamacpp" else None
+    with session.pair_only():
+        return measure(session, prompts, max_new_tokens=max_new_tokens, ar=not session.spec.remote, say=say,
+                       budget_s=calibration_s / 2, llamacpp=llama)
 
 
 def baseline(session, say) -> LlamaCppAlone | None:
@@ -171,7 +200,7 @@ def format_report(r: dict) -> str:
         lines.append("  target runtimes on this CPU: " + "; ".join(
             f"{rt} {compared['one_token_ms'][rt]:.1f} ms a token, the pair predicted {tps:.1f} tokens/s at k = "
             f"{compared['k'][rt]}" for rt, tps in compared["predicted_tokens_per_s"].items())
-            + f" -> {compared['chosen']} (kept for this machine: --target-runtime auto runs it)")
+            + f" -> {compared['chosen']}{_settled(compared)} (kept for this machine: --target-runtime auto runs it)")
     cm = r.get("cost_model")
     if cm:
         lines += format_cost_model(cm)
@@ -197,6 +226,15 @@ def format_report(r: dict) -> str:
             lines.append(f"  decoding (prefill excluded): measured {c['decode_tokens_per_s']:.2f} tokens/s, "
                          f"the cost model predicted {cm['predicted_tokens_per_s']:.2f} ({err:+.0%})")
     return "\n".join(lines)
+
+
+def _settled(compared: dict) -> str:
+    """How the calibration settled the choice, when it measured the pair against llama.cpp alone."""
+    vs = compared.get("measured_vs_llamacpp")
+    if vs is None:
+        return ""
+    verdict = "kept" if compared["chosen"] == compared["calibrated_on"] else "not kept"
+    return f", the pair on {compared['calibrated_on']} measured {vs:.2f}x llama.cpp alone: {verdict}"
 
 
 def format_cost_model(cm: dict) -> list[str]:

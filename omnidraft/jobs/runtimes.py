@@ -1,9 +1,10 @@
 """The target's runtimes measured against each other, for `omnidraft pair`: each runtime this
 machine can load (the ExecuTorch program when exported, the GGUF on llama.cpp when the extra is
-installed, and the one the session runs, timed again) timed at every verify width in one sitting, given the drafter's
-cost and the acceptance the pairing just measured, and the one the cost model predicts faster
-kept for this machine (pairs/runtime_choice.py). Each runtime's cost model is saved with the
-acceptance counts, so a session on either starts from them.
+installed, and the one the session runs, timed again) timed at every verify width in one
+sitting, given the drafter's cost and the acceptance the pairing just measured: which one the
+pairing calibrates on (pairs/runtime_choice.py: the fastest prediction, or the bit-exact program
+where llama.cpp's lead is within the predictions' error). Each runtime's cost model is saved with
+the acceptance counts, so a session on either starts from them.
 
 Knows the cost model, the target loaders and the choice's file; printing is the caller's.
 """
@@ -16,15 +17,15 @@ from typing import Callable
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs import cost
 from omnidraft.pairs.build import local_target
-from omnidraft.pairs.runtime_choice import INEXACT, record
+from omnidraft.pairs.runtime_choice import INEXACT, first_choice
 
 CANDIDATES = ("executorch", "llamacpp")
 
 
 def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     """{"predicted_tokens_per_s": {runtime: tokens/s}, "k": {runtime: the k chosen there},
-    "one_token_ms": {runtime: ms}, "chosen": runtime} for the session's target (a local one whose
-    cost model and acceptance the session holds)."""
+    "one_token_ms": {runtime: ms}, "chosen": the runtime to calibrate on} for the session's target
+    (a local one whose cost model and acceptance the session holds)."""
     dl = session.draft_length
     say(f"timing the target on {session.target_runtime} ...")  # again: a timing saved earlier may be stale
     dl.model.verify_ms = cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS).verify_ms
@@ -51,4 +52,4 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     return {"predicted_tokens_per_s": {r: round(v, 3) for r, v in predicted.items()},
             "k": {runtime: k for runtime, (k, _tps) in chosen.items()},
             "one_token_ms": {runtime: model.verify_ms[1] for runtime, model in models.items()},
-            "chosen": record(session.spec.name, predicted)}
+            "chosen": first_choice(predicted)}

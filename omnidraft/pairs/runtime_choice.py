@@ -1,15 +1,16 @@
 """Which runtime a pair's target verifies on, on this CPU. Each runtime's speed is a measurement,
 not a constant (the ExecuTorch program beats llama.cpp on one CPU and trails it on another:
 ../docs/cost-model.md), so `omnidraft pair` predicts the pair's decoding speed on each runtime it
-can load (its own v(n), the drafter's cost and the acceptance the pairing measured) and keeps
-the faster in pairs/<pair>/runtime.json with the CPU and thread count it was measured on. A
-target runtime of ``auto`` then loads that one; without a choice kept for this machine, ``auto``
-is the program when one is exported, else PyTorch (pairs/build.py). ``exact`` keeps to the
-bit-exact runtimes: the program (batch-invariant) and PyTorch; llama.cpp's multi-token calls are
-not batch-invariant.
+can load (its own v(n), the drafter's cost and the acceptance the pairing measured). The fastest
+prediction is kept, except where llama.cpp is predicted faster than the bit-exact program by less
+than the predictions' error (NEAR): then the program is calibrated beside llama.cpp alone and
+kept unless it ran slower (``settle``). The choice goes to pairs/<pair>/runtime.json with the CPU
+and thread count it was measured on. A target runtime of ``auto`` then loads that one; without a
+choice kept for this machine, ``auto`` is the program when one is exported, else PyTorch
+(pairs/build.py). ``exact`` keeps to the bit-exact runtimes: the program (batch-invariant) and
+PyTorch; llama.cpp's multi-token calls are not batch-invariant.
 
-Knows the file and the runtimes' names; nothing about loading or timing them.
-"""
+Knows the file and the runtimes' names; nothing about loading or timing them."""
 
 from __future__ import annotations
 
@@ -55,9 +56,32 @@ def load(pair: str) -> dict | None:
         return None
 
 
-def record(pair: str, predicted: dict[str, float]) -> str:
-    """Keep the runtime predicted fastest (``predicted``: runtime -> decoding tokens/s); return it."""
+NEAR = 0.9  # the bit-exact runtime predicted within this of llama.cpp: measured before it loses
+
+
+def first_choice(predicted: dict[str, float]) -> str:
+    """The runtime to calibrate on (``predicted``: runtime -> decoding tokens/s): the fastest
+    prediction, or the fastest bit-exact runtime where an inexact one is predicted faster by less
+    than the predictions' error (then the calibration decides: ``settle``)."""
     best = max(predicted, key=predicted.get)
-    atomic_write_json(pair_dir(pair) / FILE, {"target": best, "predicted_tokens_per_s":
-                                              {r: round(v, 3) for r, v in predicted.items()}, "on": machine()})
+    exact = [r for r in predicted if r not in INEXACT]
+    if best in INEXACT and exact:
+        program = max(exact, key=predicted.get)
+        if predicted[program] >= NEAR * predicted[best]:
+            return program
     return best
+
+
+def settle(pair: str, predicted: dict[str, float], calibrated: str, vs_llamacpp: float | None) -> str:
+    """Keep ``calibrated`` unless it is bit-exact, llama.cpp was a candidate and the pair ran slower
+    than llama.cpp alone in the calibration (``vs_llamacpp``: the pair's tokens/s over llama.cpp
+    alone's, same prompts, interleaved; None when not measured): then llama.cpp. The choice is
+    written with the predictions and that measurement; returns it."""
+    chosen = calibrated
+    if calibrated not in INEXACT and vs_llamacpp is not None and vs_llamacpp < 1.0 and "llamacpp" in predicted:
+        chosen = "llamacpp"
+    atomic_write_json(pair_dir(pair) / FILE, {"target": chosen, "predicted_tokens_per_s":
+                                              {r: round(v, 3) for r, v in predicted.items()},
+                                              "measured_vs_llamacpp": vs_llamacpp, "calibrated_on": calibrated,
+                                              "on": machine()})
+    return chosen
