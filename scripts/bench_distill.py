@@ -15,6 +15,7 @@ Writes bench/results/distill-<stamp>.{json,md}.
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -142,11 +143,53 @@ def main() -> int:
           "prompts, untimed:", "", *benchio.table(["set", "pair"] + [f"position {p + 1}" for p in range(args.probe_k)],
                                                    pos_rows), "",
           "Outputs identical to the target alone's: " + ", ".join(f"{r} {lossless[r]}/{n_prompts}" for r in sessions)
-          + ".", "", f"transformers row: {assisted_name(BEST)}." if not args.no_transformers else ""]
-    benchio.save(args.out, "distill", "A drafter aligned before the first prompt", report, md)
+          + ".", "", f"transformers row: {assisted_name(BEST)}." if not args.no_transformers else "", "",
+          *distill_lines(meta)]
+    stem = benchio.save(args.out, "distill", "A drafter aligned before the first prompt", report, md)
+    plot_curve(meta, stem, cpu_line)
     for s in sessions.values():
         s.close()
     return 0
+
+
+def distill_lines(meta: dict) -> list[str]:
+    """What the distillation behind the adapter cost and bought (its report, kept as the adapter's meta)."""
+    if not meta.get("distilled"):
+        return []
+    cpu_h = (meta.get("records", {}).get("seconds", 0) + meta.get("train_seconds", 0)) / 3600
+    curve = ", ".join(f"{x}: {a:.3f}" for x, a in meta.get("curve", []))
+    return [f"Distillation: {meta['corpus_records']} corpus records ({meta['corpus_target_positions']} target "
+            f"positions), {meta['updates']} record-steps, records + training {cpu_h:.2f} wall-hours; held-out "
+            f"teacher-forced acceptance {meta['acceptance_before']} -> {meta['acceptance_after']}"
+            + (f"; learning curve (record-steps: acceptance) {curve}" if curve else "") + "."]
+
+
+def plot_curve(meta: dict, stem: Path, cpu_line: str) -> None:
+    """The distillation's learning curve (held-out acceptance against record-steps) as <stem>.png."""
+    if len(meta.get("curve", [])) < 2:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no curve", file=sys.stderr)
+        return
+    xs, ys = zip(*meta["curve"])
+    per_record = meta["corpus_target_positions"] / max(meta["corpus_records"], 1)
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot(xs, ys, marker="o", label="distilled adapter")
+    ax.axhline(ys[0], linestyle=":", color="gray", label="zero adapter")
+    for e in range(1, meta["config"]["epochs"]):
+        ax.axvline(meta["updates"] * e / meta["config"]["epochs"], linestyle="--", color="lightgray")
+    ax.set_xlabel(f"record-steps (~{per_record:.0f} target positions each; dashed: epoch)")
+    ax.set_ylabel("held-out teacher-forced greedy acceptance")
+    ax.set_title(f"{meta['pair']}: distillation learning curve\n" + "\n".join(textwrap.wrap(cpu_line, 100)),
+                 fontsize=7)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(stem.with_suffix(".png"), dpi=120)
 
 
 if __name__ == "__main__":

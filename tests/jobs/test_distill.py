@@ -35,6 +35,10 @@ def test_distill_publishes_a_guarded_adapter_once_and_resumes_without_the_target
     assert report["corpus_records"] == 4 and report["held_out_records"] == 4 and report["updates"] == 4
     assert report["publish"] and report["version"] == "v0001"
     assert 0.0 <= report["acceptance_before"] <= 1.0 and report["corpus_target_positions"] > 0
+    # the learning curve: the zero adapter, a mid-training point, the distilled adapter the guard judged
+    assert [x for x, _ in report["curve"]] == [0, 2, 4]
+    assert report["curve"][0][1] == pytest.approx(report["acceptance_before"], abs=1e-3)
+    assert report["curve"][-1][1] == pytest.approx(report["acceptance_after"], abs=1e-3)
     meta = adapter_store().list(pair_name(drafter, target))[0]
     assert meta["distilled"] and meta["records_through"] == 0 and meta["updates"] == 4
     assert any(line.startswith("distill: corpus records 4/4") for line in lines)
