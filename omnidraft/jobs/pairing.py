@@ -75,8 +75,8 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     """Pair ``drafter`` with ``target`` (a name, path or URL, or a TargetRef with a server's
     token and tokenizer): build their ExecuTorch programs when missing (not the target's with
     ``target_runtime="llamacpp"``: its GGUF runs as it is), measure the cost model, and with
-    ``auto`` the target's runtimes against each other (runtimes.py: the faster is kept for this
-    machine; only bit-exact ones with ``exact``), then calibrate for about ``calibration_s``
+    ``auto`` the target's runtimes against each other (runtimes.py; a near tie settled by the
+    calibration, pairs/runtime_choice.py; only bit-exact ones with ``exact``), then calibrate for about ``calibration_s``
     seconds beside the target alone and (``llamacpp``, when llama-cpp-python is installed and the
     target has a GGUF) the target alone on llama.cpp. A given ``session`` runs on what it loaded."""
     from omnidraft.pairs import programs

@@ -10,7 +10,8 @@ choice kept for this machine, ``auto`` is the program when one is exported, else
 (pairs/build.py). ``exact`` keeps to the bit-exact runtimes: the program (batch-invariant) and
 PyTorch; llama.cpp's multi-token calls are not batch-invariant.
 
-Knows the file and the runtimes' names; nothing about loading or timing them."""
+Knows the file and the runtimes' names; nothing about loading or timing them.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from omnidraft.pairs.spec import pair_dir
 
 FILE = "runtime.json"
 INEXACT = ("llamacpp",)  # runtimes whose verify calls are not batch-invariant
+NEAR = 0.9  # the bit-exact runtime predicted within this of llama.cpp: measured before it loses
 
 
 def machine() -> dict:
@@ -54,9 +56,6 @@ def load(pair: str) -> dict | None:
         return data if isinstance(data.get("target"), str) and isinstance(data.get("on"), dict) else None
     except (OSError, ValueError, AttributeError):
         return None
-
-
-NEAR = 0.9  # the bit-exact runtime predicted within this of llama.cpp: measured before it loses
 
 
 def first_choice(predicted: dict[str, float]) -> str:
