@@ -29,7 +29,8 @@ from omnidraft.decode.text import drained, encode_prompt
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
-from omnidraft.pairs.runtime_choice import resolve
+from omnidraft.pairs.runtime_choice import INEXACT, resolve
+from omnidraft.pairs.runtime_choice import load as load_choice
 from omnidraft.pairs.settings import Runtime, TargetRef
 from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir, pair_name,
                                   save_spec)
@@ -67,19 +68,23 @@ class Session:
     (pairs/settings.py); ``Runtime(target="llamacpp")`` verifies on the target's GGUF with
     llama.cpp, exact with respect to the logits its verify calls compute (not batch-invariant,
     so not bit-for-bit its one-token-at-a-time output); ``Runtime(target="auto")`` takes the
-    runtime `omnidraft pair` measured faster here (pairs/runtime_choice.py). ``exact``: only
-    bit-exact runtimes (the ExecuTorch program, PyTorch). ``metrics["target_runtime"]`` says which ran.
+    runtime `omnidraft pair` measured faster here (pairs/runtime_choice.py), and with ``route``
+    (the default) the other of the program and llama.cpp beside it where that loads too: each
+    generation runs where it is predicted to end first (pairs/routing.py: a long prompt reads far
+    faster on the program, llama.cpp may decode faster). ``exact``: only bit-exact runtimes (the ExecuTorch program, PyTorch).
+    ``metrics["target_runtime"]`` says which ran.
     With an OpenAI-API target each generation goes to the engine generating alone while that is
     measured faster than the pair (pairs/engine_choice.py; its output is the served model's own)."""
 
     def __init__(self, drafter: str | None = DEFAULT_DRAFTER, target: str | TargetRef = DEFAULT_TARGET, *,
                  k: int | None = None, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
                  verify: str | None = None, lookup: bool = True, log: bool = True, adapter: str = "latest",
-                 runtime: Runtime = Runtime(), exact: bool = False):
+                 runtime: Runtime = Runtime(), exact: bool = False, route: bool = True):
         from omnidraft.device.threads import set_threads
         from omnidraft.pairs.build import load_target
 
         target = target if isinstance(target, TargetRef) else TargetRef(target)
+        asked = runtime.target
         fixed = None if k is None else FixedK(k)  # a bad k is refused before anything loads
         check_verify_mode(verify)
         self.alone = drafter is None or k == 0 or not get(spec.strategy).speculative
@@ -104,10 +109,13 @@ class Session:
         self.log = None
         self.draft_length = FixedK(0)
         self.engine = self.engine_choice = None
+        self.routes: list = []  # pairs/routing.py Routes, when generations choose their runtime
         if self.alone:
             return
         self._pair_state()
         self.draft_length = fixed or (FixedK(REMOTE_K) if target.remote else self._cost_model())
+        if route and asked == "auto" and runtime.target != "auto" and fixed is None:  # `omnidraft pair` timed both
+            self.routes = self._routes(exact)
         if isinstance(self.target, OpenAITarget) and fixed is None:  # a serving engine; not when k is fixed
             self.engine = self.target
             self.engine_choice = EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
@@ -156,6 +164,35 @@ class Session:
                                                     progress=lambda s: _note(f"cost model: {s}"))
         return dl
 
+    def _routes(self, exact: bool) -> list:
+        """The target on the runtime it loaded and on the other of the program and llama.cpp
+        (not llama.cpp with ``exact``), the program first (ties go to it), when the other loads
+        here and reads the same vocabulary; else none."""
+        from omnidraft.pairs.build import local_target
+        from omnidraft.pairs.cost import for_pair
+        from omnidraft.pairs.routing import Route
+
+        other = {"executorch": "llamacpp", "llamacpp": "executorch"}.get(self.target_runtime)
+        timed = (load_choice(self.spec.name) or {}).get("predicted_tokens_per_s", {})
+        if other not in timed or (exact and other in INEXACT):  # only what `omnidraft pair` timed here
+            return []
+        try:
+            lm = local_target(self.spec.target, other, dtype=self.runtime.dtype)
+        except OmniDraftError:
+            return []
+        if lm.vocab_size != self.target_model.vocab_size:
+            return []
+        dl, path, on = for_pair(self.spec.name, lm, self.drafter, self.runtime.dtype,
+                                progress=lambda s: _note(f"cost model: {s}"))
+        routes = [Route(self.target_runtime, self.target, self.draft_length, self.cost_path, self.cost_on),
+                  Route(other, LocalTarget(lm, self.sampling, self.verify), dl, path, on)]
+        return sorted(routes, key=lambda r: r.runtime in INEXACT)
+
+    def _take(self, route) -> None:
+        """Run the next generation on ``route``'s target and cost model."""
+        self.target, self.draft_length, self.target_runtime = route.target, route.draft_length, route.runtime
+        self.cost_path, self.cost_on = route.cost_path, route.cost_on
+
     # ------------------------------------------------------------------ what runs
     @property
     def drafter(self):
@@ -196,7 +233,8 @@ class Session:
     def _refresh(self) -> None:
         had = self.version
         if self._pair is not None and self._pair.refresh() and had is not None:
-            self.draft_length.probe_soon()  # a new adapter may draft better
+            for dl in [r.draft_length for r in self.routes] or [self.draft_length]:
+                dl.probe_soon()  # a new adapter may draft better
 
     def save_cost(self) -> None:
         """Keep what this session learned about acceptance for the next one."""
@@ -233,10 +271,18 @@ class Session:
             else:
                 self._refresh()
                 budget = check_budget(target_ids, max_new_tokens, self.target)
+                routed = None
+                if self.routes:
+                    from omnidraft.pairs.routing import choose
+
+                    route, routed = choose(self.routes, target_ids, budget)
+                    self._take(route)
                 if self.engine_choice is not None and self.engine_choice.engine_now():
                     result = yield from self._engine_alone(target_ids, budget)
                 else:
                     result = yield from self._pair_generation(prompt, target_ids, budget, chat)
+                if routed:
+                    result.metrics["predicted_ms"] = routed
             result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)
             self.turns = (self.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:] if self.lookup else []
             self.last = result

@@ -1,5 +1,7 @@
 """llama.cpp as a target runtime (#53): on held-out code and chat prompts and on copy-heavy ones
-(code edits, quoted answers, rewrites; chat template), interleaved per prompt: the pair verifying
+(code edits, quoted answers, rewrites; chat template), interleaved per prompt: the product's defaults
+(a Session on `auto`: where `omnidraft pair` kept llama.cpp and the program is exported, each
+generation runs on the runtime predicted to end it first, pairs/routing.py), the pair verifying
 on the target's GGUF with llama.cpp and verifying on the ExecuTorch program (each a Session, the
 cost model choosing k and copies), llama.cpp alone on the same GGUF (its own generation loop), the
 program alone, and transformers' assisted generation at its best setting. Prefill included,
@@ -19,6 +21,14 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+AUTO = "the product (auto)"
+
+
+def targets(session) -> list:
+    """The target models a Session may run (both, where it routes generations)."""
+    return [r.target.model for r in session.routes] or [session.target_model]
 
 
 def one_token_at_a_time(lm, prompt_ids: list[int], n: int, stop: set[int]) -> tuple[list[int], list[float]]:
@@ -62,7 +72,8 @@ def main() -> int:
     from omnidraft.pairs.runtime_choice import load, resolve
     from omnidraft.pairs.spec import pair_name
 
-    sessions = {"pair on llama.cpp": Session(args.drafter, args.target, runtime=Runtime(target="llamacpp"), log=False),
+    sessions = {AUTO: Session(args.drafter, args.target, log=False),
+                "pair on llama.cpp": Session(args.drafter, args.target, runtime=Runtime(target="llamacpp"), log=False),
                 "pair on the program": Session(args.drafter, args.target, runtime=Runtime(target="executorch"),
                                                log=False)}
     auto = resolve(pair_name(args.drafter, args.target), "auto", exact=False)
@@ -77,12 +88,14 @@ def main() -> int:
     rows = list(sessions) + list(alone) + list(runs)
     tally = {s: {r: benchio.Tally() for r in rows} for s in sets}
     forwards = defaultdict(int)
+    ran = defaultdict(lambda: defaultdict(int))  # (set, row) -> {target runtime: generations}
     exactness, predicted = [], {}
     for name, prompts in sets.items():
         for i, (prompt, chat) in enumerate(prompts):
             log(f"{name} {i + 1}/{len(prompts)}")
             ids = encode_prompt(ttok, prompt, chat=chat)
-            again = same_start(*(s.target_model for s in sessions.values()), *(s.drafter for s in sessions.values()))
+            again = same_start(*{id(m): m for s in sessions.values() for m in targets(s)}.values(),
+                               *(s.drafter for s in sessions.values()))
             order = rows[i % len(rows):] + rows[: i % len(rows)]  # which runs first rotates per prompt
             for row in order:
                 again()
@@ -92,6 +105,7 @@ def main() -> int:
                     got = s.generate(prompt, max_new_tokens=args.max_new_tokens, chat=chat)
                     tally[name][row].add(benchio.filled(got.metrics))
                     forwards[(name, row)] += got.metrics["target_forwards"]
+                    ran[(name, row)][got.metrics["target_runtime"]] += 1
                     if row == "pair on llama.cpp":
                         llama_ids = got.token_ids
                 elif row in alone:
@@ -114,24 +128,28 @@ def main() -> int:
     cpu = cpu_info()
     cpu_line = benchio.cpu_line(cpu, args.threads)
     llama_row = "llama.cpp target alone"
-    header = ["set"] + rows + ["pair on llama.cpp / llama.cpp alone", "pair on the program / llama.cpp alone",
-                               "tokens per target forward (llama.cpp, program)"]
+    header = ["set"] + rows + [f"{r} / llama.cpp alone" for r in sessions] + [
+        "tokens per target forward (" + ", ".join(sessions) + ")", f"{AUTO} ran on"]
     table = []
     for name in sets:
         t = tally[name]
         base = t[llama_row].tokens_per_s() if llama_row in t else None
         table.append([name] + [t[r].tokens_per_s() for r in rows]
                      + [f"{t[r].tokens_per_s() / base:.2f}x" if base else "" for r in sessions]
-                     + [", ".join(f"{t[r].tokens / max(forwards[(name, r)], 1):.2f}" for r in sessions)])
+                     + [", ".join(f"{t[r].tokens / max(forwards[(name, r)], 1):.2f}" for r in sessions)]
+                     + [", ".join(f"{rt} {n}" for rt, n in sorted(ran[(name, AUTO)].items()))])
     identical = sum(e["identical"] for e in exactness)
     report = benchio.stamp_report(drafter=args.drafter, target=args.target, cpu=cpu, threads=args.threads,
                                   max_new_tokens=args.max_new_tokens, auto_runtime=auto, runtime_choice=load(
                                       pair_name(args.drafter, args.target)),
                                   tokens_per_s={n: {r: tally[n][r].tokens_per_s() for r in rows} for n in sets},
+                                  auto_ran_on={n: dict(ran[(n, AUTO)]) for n in sets},
                                   predicted_decode_tokens_per_s={f"{n} / {r}": v for (n, r), v in predicted.items()},
                                   exactness=exactness)
     md = [f"{args.drafter} -> {args.target}, greedy, {args.max_new_tokens} new tokens, prefill included, interleaved "
-          f"per prompt (rotating order). CPU: {cpu_line}. `auto` runs: **{auto}** (kept by `omnidraft pair`).",
+          f"per prompt (rotating order). CPU: {cpu_line}. `auto` runs: **{auto}** (kept by `omnidraft pair`)"
+          + (", each generation routed to the program or llama.cpp (pairs/routing.py)." if sessions[AUTO].routes
+             else "."),
           "", "Tokens/s:", "", *benchio.table(header, table), "",
           f"Exactness of the pair on llama.cpp against llama.cpp's own one-token-at-a-time greedy output: "
           f"**{identical}/{len(exactness)}** identical; first differences (token, top-2 margin there): "

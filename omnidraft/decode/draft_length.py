@@ -11,7 +11,8 @@ the next generation after ``probe_soon()`` (a new adapter was published, say) an
 probe costs about one generation in eight its speed in ten) and then decide again. A drafting
 round first pays the drafter's catch-up (reading the prompt, or what copies committed since it
 last drafted): ``next_k`` drafts only where the rounds without a copy still to come are expected to
-save more than that costs.
+save more than that costs. Every round's wall time teaches the model what rounds cost beyond its
+call-by-call timings (pairs/cost.py ``observe_round``), so k follows what rounds really cost here.
 
 A round may instead verify ids copied from the context (propose/lookup.py: no drafter forward).
 ``lookup_span`` says how many of a found continuation to verify, or 0 to draft as usual: the
@@ -49,6 +50,10 @@ class DraftLength(Protocol):
     def probe_soon(self) -> None:
         """The drafter changed (a new adapter): look at its acceptance again soon."""
 
+    def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
+        """A round took ``seconds``: a ``width``-token verify call after ``forwards`` drafter
+        forwards (0: none) that first read ``read`` committed tokens."""
+
     def lookup_span(self, match: int, available: int) -> int:
         """Ids to verify this round from a continuation of ``available`` ids copied from the
         context after a ``match``-id suffix; 0: draft (or decode alone) instead."""
@@ -81,6 +86,9 @@ class FixedK:
         return self.k
 
     def observe(self, proposed: int, accepted: int) -> None:
+        pass
+
+    def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
         pass
 
     def lookup_span(self, match: int, available: int) -> int:
@@ -211,6 +219,12 @@ class CostModelK:
         self.probe_left = max(0, self.probe_left - 1)
         self.reestimate()
 
+    def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
+        """The round's wall time teaches the model what rounds cost beyond its timed terms
+        (pairs/cost.py ``observe_round``); k is chosen again on that."""
+        self.model.observe_round(width, forwards, read, seconds)
+        self.reestimate()
+
     def lookup_rates(self, match: int) -> list[float]:
         """Acceptance per position of lookup rounds after a ``match``-id suffix, each pulled by
         LOOKUP_PRIOR's weight toward the position before it (the first toward the prior's rate):
@@ -259,4 +273,6 @@ class CostModelK:
                 "best_k_tokens_per_s": round(self.model.tokens_per_s(self.rates(), best), 3),
                 "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left),
                 "drafted_share": round(self.drafted_share(), 3),
+                "extra_ms": {"drafted": round(self.model.drafted_extra_ms, 2),
+                             "plain": round(self.model.plain_extra_ms, 2)},
                 "lookup_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m)] for m in sorted(self.lookup_counts)}}

@@ -119,6 +119,7 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
             if k_round:
                 _translate_back(proposer, state, behind)
             now = time.perf_counter()
+            k.observe_round(len(prop.target_ids) + 1, prop.drafter_forwards, unread if k_round else 0, now - round_t0)
             produced += len(new)
             kind = "lookup" if span else proposer.kind if k_round else "none"
             yield Round(new, prop, verdict, rows, caught_up_s + prop.translate_s + now - back_t0,

@@ -92,7 +92,8 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     if reset and session is None:  # before the session loads an adapter
         forget_adapters(pair_name(drafter, target.ref))
     owned = session is None
-    session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact)
+    session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact,
+                                 route=False)  # each runtime measured on its own
     name = session.spec.name
     if session.store.latest(name) is None:
         first_adapter(session)
@@ -200,7 +201,10 @@ def format_report(r: dict) -> str:
         lines.append("  target runtimes on this CPU: " + "; ".join(
             f"{rt} {compared['one_token_ms'][rt]:.1f} ms a token, the pair predicted {tps:.1f} tokens/s at k = "
             f"{compared['k'][rt]}" for rt, tps in compared["predicted_tokens_per_s"].items())
-            + f" -> {compared['chosen']}{_settled(compared)} (kept for this machine: --target-runtime auto runs it)")
+            + f" -> {compared['chosen']}{_settled(compared)} (kept for this machine: --target-runtime auto runs it"
+            + (", each generation on it or the program, whichever is predicted to end it first: a long prompt reads "
+               "far faster on the program)" if compared["chosen"] == "llamacpp" and "executorch" in
+               compared["predicted_tokens_per_s"] else ")"))
     cm = r.get("cost_model")
     if cm:
         lines += format_cost_model(cm)

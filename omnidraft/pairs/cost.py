@@ -4,8 +4,10 @@ A round drafts k tokens (k drafter forwards), verifies them in one target call o
 commits the accepted prefix plus one target token. With ``v(n)`` the target's time for an
 n-token call, ``c`` the drafter's time per token and ``a_i`` the probability that draft position
 i is accepted given that positions before it were, the expected tokens per round are
-``1 + sum_j prod_{i<=j} a_i`` and the pair's speed ``E[tokens] / (v(k+1) + k c + t)`` (t: the
-measured translation time per round). Plain decoding runs at ``1 / v(1)``; ``choose`` picks the
+``1 + sum_j prod_{i<=j} a_i`` and the pair's speed ``E[tokens] / (v(k+1) + k c + t + e)`` (t: the
+measured translation time per round; e: what drafted rounds measured in generations cost beyond
+the timed terms). Plain decoding runs at ``1 / (v(1) + e0)`` (e0: the same for rounds without a
+draft), so a choice that only pays on paper is seen not to once rounds have run; ``choose`` picks the
 k that maximises the pair's speed and k = 0 (the target alone) when no k beats plain decoding.
 A copy from the context costs v(n + 1) alone. The drafter's ms per token when it reads committed
 text in one call (``catchup_ms``) prices its catch-up (decode/draft_length.py decides with it).
@@ -37,6 +39,7 @@ WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32)
 CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied text's worth)
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
 REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
+ROUND_WEIGHT = 0.05  # a round's weight in the running estimate of what rounds cost beyond the model
 
 
 def cpu_info() -> dict:
@@ -87,12 +90,18 @@ def _all_rows(lm) -> bool:
 @dataclass
 class CostModel:
     """v(n) in ms by call width, the drafter's ms per token, translation ms per round, and the
-    drafter's ms per token when it reads committed text in one call (its catch-up)."""
+    drafter's ms per token when it reads committed text in one call (its catch-up), all timed
+    call by call; and what a round costs beyond those terms, learnt from the rounds generations
+    run (``observe_round``: the loop, verification, reverse translation, n-gram learning, the
+    drafter's rollback, a machine slower than when it was timed), for rounds that drafted and
+    for rounds that did not (the target alone, copies)."""
 
     verify_ms: dict[int, float]
     drafter_ms: float
     translate_ms: float = 0.0
     catchup_ms: float = 0.0
+    drafted_extra_ms: float = 0.0
+    plain_extra_ms: float = 0.0
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
@@ -125,8 +134,24 @@ class CostModel:
 
     def tokens_per_s(self, accept: list[float], k: int) -> float:
         if k == 0:
-            return 1e3 / self.v(1)
-        return 1e3 * self.expected_tokens(accept, k) / (self.v(k + 1) + k * self.drafter_ms + self.translate_ms)
+            return 1e3 / (self.v(1) + self.plain_extra_ms)
+        return 1e3 * self.expected_tokens(accept, k) / (self.round_ms(k + 1, k) + self.drafted_extra_ms)
+
+    def round_ms(self, width: int, forwards: int, read: int = 0) -> float:
+        """A round's ms by the timed terms: a ``width``-token verify call, ``forwards`` drafter
+        forwards with translation (none: no translation) after reading ``read`` committed tokens."""
+        if not forwards:
+            return self.v(width)
+        return self.v(width) + forwards * self.drafter_ms + self.translate_ms + read * self.catchup_ms
+
+    def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
+        """Fold a round's measured wall time into the extra ms of its kind (drafted or not): the
+        gap to ``round_ms``, bounded to [-1/2, +2] times it so one stall (a neighbour, a page
+        fault) does not swing the estimate."""
+        modeled = self.round_ms(width, forwards, read)
+        gap = min(max(seconds * 1e3 - modeled, -modeled / 2), 2 * modeled)
+        key = "drafted_extra_ms" if forwards else "plain_extra_ms"
+        setattr(self, key, (1 - ROUND_WEIGHT) * getattr(self, key) + ROUND_WEIGHT * gap)
 
     def copy_lengths(self, available: int) -> list[int]:
         """Copy lengths up to ``available`` whose verify width (n + 1) was measured: an
@@ -135,7 +160,7 @@ class CostModel:
 
     def copied_tokens_per_s(self, accept: list[float], n: int) -> float:
         """A round verifying ``n`` ids copied from the context: no drafter, no translation."""
-        return 1e3 * self.expected_tokens(accept, n) / self.v(n + 1)
+        return 1e3 * self.expected_tokens(accept, n) / (self.v(n + 1) + self.plain_extra_ms)
 
     def choose(self, accept: list[float], k_max: int = 8, margin: float = MARGIN) -> tuple[int, float]:
         """(the best k in 0..k_max, its predicted tokens/s); 0 = plain decoding wins, also when
@@ -182,7 +207,9 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
     m = data["model"]
     model = CostModel(verify_ms={int(w): float(ms) for w, ms in m["verify_ms"].items()},
                       drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)),
-                      catchup_ms=float(m.get("catchup_ms", 0.0)))
+                      catchup_ms=float(m.get("catchup_ms", 0.0)),
+                      drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)),
+                      plain_extra_ms=float(m.get("plain_extra_ms", 0.0)))
     return model, data.get("reached", []), data.get("accepted", [])
 
 

@@ -114,6 +114,24 @@ def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
         assert got.token_ids == ref.token_ids
 
 
+def test_rounds_that_cost_more_than_timed_turn_drafting_off(cross):
+    """The loop reports each round's wall time; a model whose drafted rounds run far slower than
+    its timings (here: timings that claim every call is nearly free) stops drafting."""
+    d, t, pair = cross
+    dl = CostModelK(copy.deepcopy(CHEAP), reached=[100, 90], accepted=[90, 80])
+    dl.model.verify_ms = {w: ms / 1e3 for w, ms in dl.model.verify_ms.items()}  # 10 us a verify call
+    dl.model.drafter_ms = 1e-4
+    assert dl.next_k() > 0
+    generate_speculative(d, LocalTarget(t), pair, "def fibonacci(n):\n", cfg=SpecConfig("omnidraft"),
+                         max_new_tokens=48, k=dl)
+    extra = dl.state()["extra_ms"]
+    assert extra["drafted"] > 0  # what the rounds cost beyond the timed terms, learnt
+    dl.model.plain_extra_ms = 0.0
+    dl.model.drafted_extra_ms = 40 * extra["drafted"]  # as if drafting rounds were 40 times dearer
+    dl.reestimate()
+    assert dl.next_k() == 0
+
+
 def test_a_copy_found_in_the_context_is_verified_where_the_cost_model_prefers_it():
     dl = CostModelK(CHEAP, reached=[100, 90], accepted=[60, 40])  # drafting pays a little
     span = dl.lookup_span(4, 12)  # no evidence about copies: the hopeful prior tries one

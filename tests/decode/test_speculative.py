@@ -282,6 +282,9 @@ class _Schedule:
     def probe_soon(self):
         pass
 
+    def observe_round(self, width, forwards, read, seconds):
+        pass
+
 
 def test_rounds_without_a_draft_reach_the_drafter_before_it_drafts_and_by_the_end(cross):
     """A round of 0 drafts leaves its token's reverse translation for later: the drafter's context

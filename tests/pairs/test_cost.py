@@ -33,6 +33,21 @@ def test_choose_drafts_when_verification_is_cheap():
     assert worse.choose([0.8])[0] == 0
 
 
+def test_rounds_slower_than_timed_teach_the_model_their_extra_cost():
+    """Drafting that pays on paper (call-by-call timings) but not in the rounds generations run
+    (the loop, verification, reverse translation, n-gram learning) is seen not to pay."""
+    m = CostModel({1: 10.0, 2: 10.5, 3: 11.0}, drafter_ms=2.0)
+    assert m.choose([0.6], k_max=2)[0] > 0  # k = 1: 1.6 tokens for 12.5 ms against 1 for 10 ms
+    for _ in range(200):  # the rounds that draft take 8 ms more than their terms; plain ones 1 ms
+        m.observe_round(2, 1, 0, (m.round_ms(2, 1) + 8.0) / 1e3)
+        m.observe_round(1, 0, 0, (m.v(1) + 1.0) / 1e3)
+    assert m.drafted_extra_ms == pytest.approx(8.0, abs=0.01) and m.plain_extra_ms == pytest.approx(1.0, abs=0.01)
+    assert m.tokens_per_s([], 0) == pytest.approx(1e3 / 11.0, rel=1e-3)
+    assert m.choose([0.6], k_max=2)[0] == 0  # k = 1: 1.6 tokens for 20.5 ms against 1 for 11: the target alone
+    m.observe_round(2, 1, 0, 5.0)  # a 5-second stall moves the estimate by a bounded step
+    assert m.drafted_extra_ms < 8.0 + 0.05 * 2 * m.round_ms(2, 1) + 0.01
+
+
 def test_verify_time_between_and_past_measured_widths():
     m = CostModel({1: 10.0, 4: 16.0, 8: 24.0}, drafter_ms=0.0)
     assert m.v(2) == pytest.approx(12.0) and m.v(6) == pytest.approx(20.0)
@@ -62,7 +77,7 @@ def test_cost_command_rejects_bad_widths(capsys):
 def test_a_pairs_cost_model_is_kept_only_for_what_it_was_measured_on(tmp_path):
     from omnidraft.pairs import cost
 
-    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5)
+    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5, drafted_extra_ms=3.0, plain_extra_ms=1.0)
     on = {"target_runtime": "executorch 8da8w", "drafter_runtime": "executorch 8da8w", "cpu": "X", "threads": 2}
     cost.save(tmp_path / "cost.json", m, [10.0, 5.0], [8.0, 2.5], on)
     got, reached, accepted = cost.load(tmp_path / "cost.json", on)

@@ -1,0 +1,57 @@
+"""Which of a pair's two local target runtimes runs the next generation, where a Session keeps
+both (with `auto`, once `omnidraft pair` has timed them here): the bit-exact ExecuTorch program
+and the GGUF on llama.cpp. The two differ most in their wide calls: on the 2-core EPYC of
+bench/results/llamacpp-20261127-0730 llama.cpp decodes a token in 30 ms against the program's 38,
+but its 32-token call costs 7.3x its one-token call against the program's ~1.5x, so a long
+prompt's prefill, and the copies a long context supplies, go far faster on the program.
+
+Each generation runs where it is predicted to end first: the prompt ids the runtime's cache does
+not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed),
+plus the token budget at the decoding speed its cost model predicts (pairs/cost.py, with the
+round costs it has learnt). Ties go to the bit-exact program.
+
+Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omnidraft.models.lm import common_prefix
+from omnidraft.pairs.cost import CostModel
+
+
+@dataclass
+class Route:
+    """One target runtime as a Session runs it: its Target, its draft length (a CostModelK) and
+    where that cost model is kept."""
+
+    runtime: str
+    target: object  # decode/target.py LocalTarget
+    draft_length: object  # decode/draft_length.py CostModelK
+    cost_path: Path
+    cost_on: dict
+
+
+def prefill_ms(model: CostModel, n: int) -> float:
+    """ms to read ``n`` ids: v(n) up to the widest timed width w, past it n * v(w) / w."""
+    if n <= 0:
+        return 0.0
+    widest = max(model.verify_ms)
+    return model.v(n) if n <= widest else n * model.verify_ms[widest] / widest
+
+
+def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:
+    """The generation's predicted ms on ``route``: its uncached prompt ids, then ``budget`` tokens."""
+    dl = route.draft_length
+    uncached = len(prompt_ids) - min(common_prefix(route.target.model.tokens, prompt_ids), len(prompt_ids) - 1)
+    return prefill_ms(dl.model, uncached) + budget * 1e3 / max(dl.predicted, 1e-9)
+
+
+def choose(routes: list[Route], prompt_ids: list[int], budget: int) -> tuple[Route, dict[str, float]]:
+    """(the route predicted to end first, {runtime: predicted ms}); a tie goes to the first
+    listed (the Session lists the bit-exact program first)."""
+    times = {r.runtime: predicted_ms(r, prompt_ids, budget) for r in routes}
+    best = min(routes, key=lambda r: times[r.runtime])
+    return best, {rt: round(ms, 1) for rt, ms in times.items()}

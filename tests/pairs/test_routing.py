@@ -1,0 +1,75 @@
+"""Which target runtime runs a generation when a Session keeps two (pairs/routing.py): the one
+predicted to end first, counting the prompt ids its cache lacks at its wide-call cost; and a
+Session routing generations between two runtimes keeps each one's output the target's own."""
+
+import copy
+
+import pytest
+
+from omnidraft.decode.draft_length import CostModelK
+from omnidraft.decode.generate import generate_ar
+from omnidraft.decode.target import LocalTarget
+from omnidraft.pairs.cost import CostModel
+from omnidraft.pairs.routing import Route, choose, prefill_ms
+from omnidraft.pairs.settings import Runtime
+
+from ..conftest import save_tiny, tiny, vocab_len
+
+# the 1.5B on the 2-core EPYC, rounded: llama.cpp decodes faster, the program reads wide calls far cheaper
+PROGRAM = CostModel({1: 38.0, 2: 40.0, 8: 48.0, 32: 60.0}, drafter_ms=10.0)
+LLAMACPP = CostModel({1: 30.0, 2: 57.0, 8: 219.0, 32: 670.0}, drafter_ms=10.0)
+
+
+class Cache:  # an LM's cache as routing reads it
+    def __init__(self, tokens=()):
+        self.tokens = list(tokens)
+
+
+def route(name: str, model: CostModel, cached=()) -> Route:
+    return Route(name, LocalTarget(Cache(cached)), CostModelK(copy.deepcopy(model)), None, {})
+
+
+def test_prefill_reads_past_the_widest_timed_width_at_its_cost_per_id():
+    assert prefill_ms(PROGRAM, 0) == 0.0 and prefill_ms(PROGRAM, 8) == 48.0
+    assert prefill_ms(PROGRAM, 320) == pytest.approx(600.0)  # ten 32-id calls
+
+
+def test_a_long_prompt_goes_to_the_cheap_wide_calls_and_a_short_one_to_the_fast_decoder():
+    program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
+    short, long = list(range(20)), list(range(300))
+    assert choose([program, llama], short, 64)[0] is llama  # 20 ids: llama.cpp's faster tokens win
+    best, times = choose([program, llama], long, 64)
+    assert best is program and times["llamacpp"] > times["executorch"]  # 300 ids: 6.3 s of prefill vs 0.6
+    cached = route("llamacpp", LLAMACPP, cached=long[:290])  # llama.cpp already holds most of it
+    assert choose([program, cached], long, 64)[0] is cached
+
+
+def test_learnt_round_costs_move_the_choice():
+    program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
+    prompt = list(range(10))
+    assert choose([program, llama], prompt, 64)[0] is llama
+    for _ in range(200):  # llama.cpp's rounds turn out 20 ms dearer than timed (a busy neighbour)
+        llama.draft_length.observe_round(1, 0, 0, 0.050)
+    assert choose([program, llama], prompt, 64)[0] is program
+
+
+def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, monkeypatch, smollm_tok, qwen_tok):
+    from omnidraft import Session
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter")
+    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, tmp_path / "target")
+    s = Session(str(drafter), str(target), runtime=Runtime(dtype="fp32"), log=False)
+    # two runtimes over the same weights, priced like the program and llama.cpp above
+    second = LocalTarget(copy.deepcopy(s.target.model), s.sampling, s.verify)
+    s.routes = [Route("executorch", s.target, CostModelK(copy.deepcopy(PROGRAM)), tmp_path / "p.json", {}),
+                Route("llamacpp", second, CostModelK(copy.deepcopy(LLAMACPP)), tmp_path / "l.json", {})]
+    ref = LocalTarget(copy.deepcopy(s.target.model))
+    short, long = "Hi", "def add(a, b):\n    " * 40
+    for prompt, runtime in ((short, "llamacpp"), (long, "executorch"), (short, "llamacpp")):
+        got = s.generate(prompt, max_new_tokens=16)
+        assert got.metrics["target_runtime"] == runtime and set(got.metrics["predicted_ms"]) == {"executorch",
+                                                                                              "llamacpp"}
+        assert got.token_ids == generate_ar(ref, s.target_tok, prompt, max_new_tokens=16).token_ids
+    assert (tmp_path / "l.json").is_file() and (tmp_path / "p.json").is_file()  # each runtime's costs kept
+    s.close()
