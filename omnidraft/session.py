@@ -71,8 +71,8 @@ class Session:
     runtime `omnidraft pair` measured faster here (pairs/runtime_choice.py), and with ``route``
     (the default) the other of the program and llama.cpp beside it where that loads too: each
     generation runs where it is predicted to end first (pairs/routing.py: a long prompt reads far
-    faster on the program, llama.cpp may decode faster). ``exact``: only bit-exact runtimes (the ExecuTorch program, PyTorch).
-    ``metrics["target_runtime"]`` says which ran.
+    faster on the program, llama.cpp may decode faster). ``exact``: only bit-exact runtimes (the
+    ExecuTorch program, PyTorch). ``metrics["target_runtime"]`` says which ran.
     With an OpenAI-API target each generation goes to the engine generating alone while that is
     measured faster than the pair (pairs/engine_choice.py; its output is the served model's own)."""
 
@@ -270,13 +270,13 @@ class Session:
                 result = yield from stream_ar(self.target, self.target_tok, target_ids, max_new_tokens=max_new_tokens)
             else:
                 self._refresh()
-                budget = check_budget(target_ids, max_new_tokens, self.target)
                 routed = None
-                if self.routes:
+                if self.routes:  # before the budget: the runtimes' windows differ
                     from omnidraft.pairs.routing import choose
 
-                    route, routed = choose(self.routes, target_ids, budget)
+                    route, routed = choose(self.routes, target_ids, max_new_tokens)
                     self._take(route)
+                budget = check_budget(target_ids, max_new_tokens, self.target)
                 if self.engine_choice is not None and self.engine_choice.engine_now():
                     result = yield from self._engine_alone(target_ids, budget)
                 else:

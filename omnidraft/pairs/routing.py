@@ -50,8 +50,11 @@ def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:
 
 
 def choose(routes: list[Route], prompt_ids: list[int], budget: int) -> tuple[Route, dict[str, float]]:
-    """(the route predicted to end first, {runtime: predicted ms}); a tie goes to the first
-    listed (the Session lists the bit-exact program first)."""
-    times = {r.runtime: predicted_ms(r, prompt_ids, budget) for r in routes}
-    best = min(routes, key=lambda r: times[r.runtime])
+    """(the route predicted to end first, {runtime: predicted ms}) among those whose context
+    window holds the prompt and ``budget`` tokens (none does: the widest window alone); a tie
+    goes to the first listed (the Session lists the bit-exact program first)."""
+    fits = [r for r in routes if r.target.max_length - len(prompt_ids) >= budget]
+    fits = fits or [max(routes, key=lambda r: r.target.max_length)]
+    times = {r.runtime: predicted_ms(r, prompt_ids, budget) for r in fits}
+    best = min(fits, key=lambda r: times[r.runtime])
     return best, {rt: round(ms, 1) for rt, ms in times.items()}

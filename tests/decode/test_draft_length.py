@@ -12,6 +12,7 @@ from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
 from omnidraft.propose.config import SpecConfig
 
+# a generation teaches its model what its rounds cost (observe_round): tests that decode take a copy
 CHEAP = CostModel({1: 10.0, 2: 10.5, 4: 11.0, 8: 14.0, 9: 14.5}, drafter_ms=1.0)  # verification batches
 LINEAR = CostModel({n: 10.0 * n for n in (1, 2, 4, 8, 9)}, drafter_ms=1.0)  # it does not
 
@@ -108,7 +109,7 @@ def test_any_k_schedule_keeps_greedy_output_the_targets(cross):
             self.k = (self.k * 7 + 3) % 6
             return self.k
 
-    for dl in (Zigzag(0), CostModelK(CHEAP, reached=[10], accepted=[9])):
+    for dl in (Zigzag(0), CostModelK(copy.deepcopy(CHEAP), reached=[10], accepted=[9])):
         got = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), max_new_tokens=32,
                                    k=dl)
         assert got.token_ids == ref.token_ids

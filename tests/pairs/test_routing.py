@@ -20,9 +20,9 @@ PROGRAM = CostModel({1: 38.0, 2: 40.0, 8: 48.0, 32: 60.0}, drafter_ms=10.0)
 LLAMACPP = CostModel({1: 30.0, 2: 57.0, 8: 219.0, 32: 670.0}, drafter_ms=10.0)
 
 
-class Cache:  # an LM's cache as routing reads it
-    def __init__(self, tokens=()):
-        self.tokens = list(tokens)
+class Cache:  # an LM's cache and window as routing reads them
+    def __init__(self, tokens=(), max_length=4096):
+        self.tokens, self.max_length = list(tokens), max_length
 
 
 def route(name: str, model: CostModel, cached=()) -> Route:
@@ -42,6 +42,14 @@ def test_a_long_prompt_goes_to_the_cheap_wide_calls_and_a_short_one_to_the_fast_
     assert best is program and times["llamacpp"] > times["executorch"]  # 300 ids: 6.3 s of prefill vs 0.6
     cached = route("llamacpp", LLAMACPP, cached=long[:290])  # llama.cpp already holds most of it
     assert choose([program, cached], long, 64)[0] is cached
+
+
+def test_only_a_window_that_holds_the_prompt_and_budget_is_chosen():
+    program = Route("executorch", LocalTarget(Cache(max_length=256)), CostModelK(copy.deepcopy(PROGRAM)), None, {})
+    llama = route("llamacpp", LLAMACPP)
+    assert choose([program, llama], list(range(300)), 64)[0] is llama  # the program's 256 cannot hold it
+    narrow = Route("llamacpp", LocalTarget(Cache(max_length=128)), CostModelK(copy.deepcopy(LLAMACPP)), None, {})
+    assert choose([program, narrow], list(range(300)), 64)[0] is program  # neither: the widest window
 
 
 def test_learnt_round_costs_move_the_choice():
