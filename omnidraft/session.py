@@ -29,6 +29,7 @@ from omnidraft.decode.text import drained, encode_prompt
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
+from omnidraft.pairs.routing import Route, choose
 from omnidraft.pairs.runtime_choice import INEXACT, resolve
 from omnidraft.pairs.runtime_choice import load as load_choice
 from omnidraft.pairs.settings import Runtime, TargetRef
@@ -109,7 +110,7 @@ class Session:
         self.log = None
         self.draft_length = FixedK(0)
         self.engine = self.engine_choice = None
-        self.routes: list = []  # pairs/routing.py Routes, when generations choose their runtime
+        self.routes: list[Route] = []  # when generations choose their runtime (pairs/routing.py)
         if self.alone:
             return
         self._pair_state()
@@ -170,7 +171,6 @@ class Session:
         here and reads the same vocabulary; else none."""
         from omnidraft.pairs.build import local_target
         from omnidraft.pairs.cost import for_pair
-        from omnidraft.pairs.routing import Route
 
         other = {"executorch": "llamacpp", "llamacpp": "executorch"}.get(self.target_runtime)
         timed = (load_choice(self.spec.name) or {}).get("predicted_tokens_per_s", {})
@@ -272,8 +272,6 @@ class Session:
                 self._refresh()
                 routed = None
                 if self.routes:  # before the budget: the runtimes' windows differ
-                    from omnidraft.pairs.routing import choose
-
                     route, routed = choose(self.routes, target_ids, max_new_tokens)
                     self._take(route)
                 budget = check_budget(target_ids, max_new_tokens, self.target)
