@@ -1,9 +1,11 @@
 """Integration tier: the OpenAI-API target against the real llama-cpp-python server (the
 ``llamacpp`` extra) serving the packaged Qwen2.5-Coder-0.5B GGUF. Greedy speculative output with
-the real SmolLM2 drafter equals the engine's own greedy output token for token, and point-mass
+the real SmolLM2 drafter is the engine's argmax on the calls that verify it (llama.cpp is not
+batch-invariant, so it may leave the engine's one-token-at-a-time text at a near-tie), and point-mass
 sampling is distributed as the engine's own next-token law (chi-square) at temperature 1 and at
 temperature 0.7 with top-p 0.8.
-Skipped when the extra is not installed (CI does not build it: README)."""
+The server echoes a prompt's log-probabilities at ~0.16 s a position (computed in Python), so the
+prompts here are short. Skipped when the extra is not installed (.ci/run builds it)."""
 
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ pytestmark = pytest.mark.integration
 pytest.importorskip("llama_cpp.server.app", reason="the llamacpp extra (llama-cpp-python[server])")
 
 KEY = "integration-key-0123456789"
-PROMPTS = ["Write a Python function that returns the factorial of n.",
-           "Write a Python function that reverses a string."]
+PROMPTS = ["Speculative decoding is", "The three primary colours are"]  # prose: every text tokenises back
+PREFIX = "Colours: red,"  # the engine's law after it: blue 0.63, green 0.21, yellow 0.12, ...
+NEAR_TIE = 1.0  # a top-2 log-probability gap a wider call can flip (0.15-0.46 measured: issue #53)
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +50,33 @@ def _complete(url: str, body: dict) -> dict:
     return json.load(urllib.request.urlopen(req))["choices"][0]
 
 
-def test_greedy_output_is_the_engines_own(engine):
+def test_greedy_output_is_the_engines_argmax_on_its_verify_calls(engine):
+    """Each prompt's pair text equals the engine's own one-token-at-a-time greedy text, or first
+    leaves it where the engine's own top two were a near-tie, on its runner-up: a token the pair
+    committed against a clear argmax would fail here."""
     ttok, dtok = load_tokenizer("qwen2.5-coder-0.5b"), load_tokenizer("smollm2-135m")
     drafter = load_model("smollm2-135m")
     pair = PairState(dtok, ttok, drafter.vocab_size, len(ttok))
+    identical, accepted = 0, 0
     for prompt in PROMPTS:
-        text = ttok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                        add_generation_prompt=True)
-        own = _complete(engine, {"prompt": text, "max_tokens": 32, "temperature": 0, "logprobs": 1, **NEUTRAL})
+        own = _complete(engine, {"prompt": prompt, "max_tokens": 16, "temperature": 0, "logprobs": 2, **NEUTRAL})
         target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(), eos_ids={ttok.eos_token_id})
         out = generate_speculative(drafter, target, pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(4),
-                                   max_new_tokens=32, chat=True)
-        assert [target.wire.pieces.text[i] for i in out.token_ids] == own["logprobs"]["tokens"], prompt
-        assert out.metrics["accepted"] > 0
-        print(f"{out.metrics['accepted']}/{out.metrics['proposed']} accepted, {target.evaluations} requests "
-              f"for {len(out.token_ids)} tokens")
+                                   max_new_tokens=16)
+        mine, theirs = [target.wire.pieces.text[i] for i in out.token_ids], own["logprobs"]["tokens"]
+        accepted += out.metrics["accepted"]
+        first = next((j for j, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+        if first is None:
+            assert len(mine) == len(theirs), prompt
+            identical += 1
+            continue
+        top = sorted(own["logprobs"]["top_logprobs"][first].items(), key=lambda kv: -kv[1])
+        gap = top[0][1] - top[1][1]
+        print(f"{prompt!r}: first difference at {first}: {mine[first]!r} vs the engine's {theirs[first]!r}, "
+              f"its top-2 gap {gap:.3f}")
+        assert mine[first] == top[1][0] and gap < NEAR_TIE, (prompt, first, top)
+    print(f"{identical}/{len(PROMPTS)} texts identical, {accepted} drafts accepted")
+    assert accepted > 0
 
 
 def _untempered_law(engine, ttok, target, prefix: list[int]) -> dict[int, float]:
@@ -71,7 +86,7 @@ def _untempered_law(engine, ttok, target, prefix: list[int]) -> dict[int, float]
     return {target.wire.pieces.id_of(t): float(torch.tensor(lp).exp()) for t, lp in row.items()}
 
 
-def _committed_follow(target, ttok, prefix: list[int], d: int, law: dict[int, float], draws: int = 120) -> Counter:
+def _committed_follow(target, ttok, prefix: list[int], d: int, law: dict[int, float], draws: int = 80) -> Counter:
     """Verify the draft [d] ``draws`` times: the committed token (d or the correction) must follow
     ``law`` (chi-square over the ids expecting >= 5, the rest pooled)."""
     seen = Counter()
@@ -92,7 +107,7 @@ def _committed_follow(target, ttok, prefix: list[int], d: int, law: dict[int, fl
 
 def test_point_mass_sampling_is_the_engines_law(engine):
     ttok = load_tokenizer("qwen2.5-coder-0.5b")
-    prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
+    prefix = ttok(PREFIX, add_special_tokens=False).input_ids
     target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=1.0, seed=3),
                           eos_ids={ttok.eos_token_id})
     law = _untempered_law(engine, ttok, target, prefix)
@@ -105,7 +120,7 @@ def test_sampling_at_temperature_and_top_p_is_the_engines_law(engine):
     follows the engine's law (top-p on its untempered probabilities, then temperature), computed
     from its top-20 log-probabilities (the nucleus lies inside them: checked)."""
     ttok = load_tokenizer("qwen2.5-coder-0.5b")
-    prefix = ttok("The three primary colours are red,", add_special_tokens=False).input_ids
+    prefix = ttok(PREFIX, add_special_tokens=False).input_ids
     target = OpenAITarget(engine, KEY, None, ttok, SamplingConfig(temperature=0.7, top_p=0.8, seed=3),
                           eos_ids={ttok.eos_token_id})
     raw = _untempered_law(engine, ttok, target, prefix)
