@@ -25,11 +25,11 @@ from omnidraft.decode.generate import Result, check_budget, stream_ar, stream_sp
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.target import LocalTarget
-from omnidraft.decode.text import drained, encode_prompt
+from omnidraft.decode.text import chat_preamble, drained, encode_prompt
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
-from omnidraft.pairs.routing import Route, choose
+from omnidraft.pairs.routing import Route, choose, forecast, warm
 from omnidraft.pairs.runtime_choice import INEXACT, resolve
 from omnidraft.pairs.runtime_choice import load as load_choice
 from omnidraft.pairs.settings import Runtime, TargetRef
@@ -73,7 +73,9 @@ class Session:
     (the default) the other of the program and llama.cpp beside it where that loads too: each
     generation runs where it is predicted to end first (pairs/routing.py: a long prompt reads far
     faster on the program, llama.cpp may decode faster). ``exact``: only bit-exact runtimes (the
-    ExecuTorch program, PyTorch). ``metrics["target_runtime"]`` says which ran.
+    ExecuTorch program, PyTorch). ``metrics["target_runtime"]`` says which ran; a routed
+    generation's ``metrics["predicted_ms"]`` holds each runtime's prediction and ``"forecast"``
+    the chosen one's parts (prefill ms, decoding tokens/s).
     With an OpenAI-API target each generation goes to the engine generating alone while that is
     measured faster than the pair (pairs/engine_choice.py; its output is the served model's own)."""
 
@@ -186,6 +188,7 @@ class Session:
                                 progress=lambda s: _note(f"cost model: {s}"))
         routes = [Route(self.target_runtime, self.target, self.draft_length, self.cost_path, self.cost_on),
                   Route(other, LocalTarget(lm, self.sampling, self.verify), dl, path, on)]
+        warm(routes, chat_preamble(self.target_tok))
         return sorted(routes, key=lambda r: r.runtime in INEXACT)
 
     def _take(self, route) -> None:
@@ -273,6 +276,7 @@ class Session:
                 routed = None
                 if self.routes:  # before the budget: the runtimes' windows differ
                     route, routed = choose(self.routes, target_ids, max_new_tokens)
+                    ahead = forecast(route, target_ids)  # before its cache moves
                     self._take(route)
                 budget = check_budget(target_ids, max_new_tokens, self.target)
                 if self.engine_choice is not None and self.engine_choice.engine_now():
@@ -280,7 +284,7 @@ class Session:
                 else:
                     result = yield from self._pair_generation(prompt, target_ids, budget, chat)
                 if routed:
-                    result.metrics["predicted_ms"] = routed
+                    result.metrics.update(predicted_ms=routed, forecast={k: round(v, 3) for k, v in ahead.items()})
             result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)
             self.turns = (self.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:] if self.lookup else []
             self.last = result

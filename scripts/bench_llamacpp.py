@@ -46,6 +46,45 @@ def one_token_at_a_time(lm, prompt_ids: list[int], n: int, stop: set[int]) -> tu
     return ids, margins
 
 
+def forecast_row(metrics: dict) -> dict:
+    """One routed generation: what routing predicted on the runtime it chose, and what it took."""
+    f = metrics["forecast"]
+    n, decode_s = metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"]
+    return {"runtime": metrics["target_runtime"], "tokens": n,
+            "prefill_ms": [round(f["prefill_ms"], 1), round(metrics["prefill_s"] * 1e3, 1)],
+            "decode_tokens_per_s": [round(f["tokens_per_s"], 2), round(n / max(decode_s, 1e-9), 2)],
+            "ms": [round(f["prefill_ms"] + n * 1e3 / f["tokens_per_s"], 1), round(metrics["wall_s"] * 1e3, 1)]}
+
+
+def forecast_summary(rows: list[dict]) -> dict:
+    """A set's routed generations summed, [predicted, measured] each, and the generation time's signed
+    error (measured / predicted - 1: + is slower than predicted)."""
+    total = lambda key, i: sum(r[key][i] for r in rows)  # noqa: E731
+    tokens = sum(r["tokens"] for r in rows)
+    speed = [tokens / max(sum(r["tokens"] / r["decode_tokens_per_s"][i] for r in rows), 1e-9) for i in (0, 1)]
+    return {"prefill_ms": [round(total("prefill_ms", i)) for i in (0, 1)],
+            "decode_tokens_per_s": [round(v, 2) for v in speed],
+            "ms": [round(total("ms", i)) for i in (0, 1)],
+            "generation_time_error": round(total("ms", 1) / max(total("ms", 0), 1e-9) - 1, 3)}
+
+
+def forecast_lines(forecasts: dict[str, list[dict]]) -> list[str]:
+    import benchio
+
+    if not forecasts:
+        return []
+    rows = []
+    for name, f in forecasts.items():
+        t = forecast_summary(f)
+        rows.append([name] + [f"{t[k][0]} / {t[k][1]}" for k in ("prefill_ms", "decode_tokens_per_s", "ms")]
+                    + [f"{t['generation_time_error']:+.0%}"])
+    return ["The product's routing predictions against what its generations took on the runtime each chose (sums "
+            "over the set; decoding is predicted from drafts alone, so copies from the context show as faster "
+            "than predicted):", "",
+            *benchio.table(["set", "prefill ms predicted / measured", "decode tokens/s predicted / measured",
+                            "generation ms predicted / measured", "generation time error"], rows)]
+
+
 def main() -> int:
     from omnidraft.device.threads import configure_process
 
@@ -90,6 +129,7 @@ def main() -> int:
     forwards = defaultdict(int)
     ran = defaultdict(lambda: defaultdict(int))  # (set, row) -> {target runtime: generations}
     exactness, predicted = [], {}
+    forecasts = defaultdict(list)  # set -> the product's routed generations: predicted vs measured
     for name, prompts in sets.items():
         for i, (prompt, chat) in enumerate(prompts):
             log(f"{name} {i + 1}/{len(prompts)}")
@@ -106,6 +146,8 @@ def main() -> int:
                     tally[name][row].add(benchio.filled(got.metrics))
                     forwards[(name, row)] += got.metrics["target_forwards"]
                     ran[(name, row)][got.metrics["target_runtime"]] += 1
+                    if "forecast" in got.metrics:  # a routed generation: its prediction against what it took
+                        forecasts[name].append(forecast_row(got.metrics))
                     if row == "pair on llama.cpp":
                         llama_ids = got.token_ids
                 elif row in alone:
@@ -145,7 +187,8 @@ def main() -> int:
                                   tokens_per_s={n: {r: tally[n][r].tokens_per_s() for r in rows} for n in sets},
                                   auto_ran_on={n: dict(ran[(n, AUTO)]) for n in sets},
                                   predicted_decode_tokens_per_s={f"{n} / {r}": v for (n, r), v in predicted.items()},
-                                  exactness=exactness)
+                                  exactness=exactness, forecasts=dict(forecasts),
+                                  forecast_summary={n: forecast_summary(f) for n, f in forecasts.items()})
     md = [f"{args.drafter} -> {args.target}, greedy, {args.max_new_tokens} new tokens, prefill included, interleaved "
           f"per prompt (rotating order). CPU: {cpu_line}. `auto` runs: **{auto}** (kept by `omnidraft pair`)"
           + (", each generation routed to the program or llama.cpp (pairs/routing.py)." if sessions[AUTO].routes
@@ -155,6 +198,7 @@ def main() -> int:
           f"**{identical}/{len(exactness)}** identical; first differences (token, top-2 margin there): "
           + (", ".join(f"{e['set']}#{e['prompt']} at {e['first_difference']} ({e['margin_there']})"
                        for e in exactness if not e["identical"]) or "none"),
+          "", *forecast_lines(forecasts),
           "", f"transformers row: {assisted_name(BEST)}." if not args.no_transformers else ""]
     benchio.save(args.out, "llamacpp", "llama.cpp as a target runtime", report, md)
     for s in sessions.values():

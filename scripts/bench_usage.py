@@ -11,13 +11,14 @@ Every --measure-every stream prompts, when a version newer than the last measure
 a fixed held-out set (code and chat prompts never in the stream) is generated unlogged with the
 daemon stopped (SIGSTOP: the 2 cores are the session's while it is timed; SIGCONT after):
 tokens/s, target forwards per generated token, acceptance. Before the stream, per held-out
-prompt in turn: the untrained pair, the target alone (same runtime, same session), llama.cpp's
+prompt in turn: the starting pair, the target alone (same runtime, same session), llama.cpp's
 target alone and transformers' assisted generation at its best setting (scripts/baselines.py);
 after it, once the daemon has trained on everything, the last version and the target alone,
 again per prompt in turn.
 
 Runs in a scratch $OMNIDRAFT_HOME (--home) that links the real home's models, programs and
-vocabularies, so the pair starts untrained. Writes bench/results/usage-<stamp>.json/.md/.png.
+vocabularies, so the pair starts from what `omnidraft pair` installs on a fresh home: the
+pre-adapted adapter where one ships for the pair (#54), else the zero adapter. Writes bench/results/usage-<stamp>.json/.md/.png.
 Example:
   python scripts/bench_usage.py --target qwen2.5-coder-1.5b --code 150 --chat 150
 """
@@ -139,11 +140,11 @@ def render(report: dict, out: str) -> None:
     s = report["summary"]
     others = [m for m in report["measurements"] if m["label"] in report.get("baselines", [])]
     if others:
-        md += ["", "The baselines, measured before the stream per prompt in turn with the untrained pair and the "
+        md += ["", "The baselines, measured before the stream per prompt in turn with the starting pair and the "
                "target alone: " + "; ".join(f"{m['label']} code {m['code']['tokens_per_s']} / chat "
                                            f"{m['chat']['tokens_per_s']} tok/s" for m in others)]
-    md += ["", "Last version vs the untrained pair (same session, same run): "
-           + "; ".join(f"{k}: tokens/s {v['speedup_vs_untrained']}x, forwards/token {v['forwards_change']:+.1%}, "
+    md += ["", "Last version vs the starting pair (same session, same run): "
+           + "; ".join(f"{k}: tokens/s {v['speedup_vs_start']}x, forwards/token {v['forwards_change']:+.1%}, "
                        f"vs the target alone {v['vs_target_alone']}x" for k, v in s.items())]
     md += ["", "Daemon rounds: " + "; ".join(f"{r['status']} {r.get('version', '')} ({len(r.get('record_ids', []))} new"
                                              f" + {len(r.get('replayed_ids', []))} replayed records, held-out "
@@ -159,14 +160,14 @@ def render(report: dict, out: str) -> None:
         print("matplotlib not installed: no curve", file=sys.stderr)
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    pts = [m for m in report["measurements"] if m["label"].startswith(("untrained", "version", "final"))]
+    pts = [m for m in report["measurements"] if m["label"].startswith(("starting", "version", "final"))]
     alone = [m for m in report["measurements"] if m["label"].startswith("target alone")]
     for ax, field, name in ((axes[0], "tokens_per_s", "held-out tokens/s"),
                             (axes[1], "forwards_per_token", "target forwards per generated token")):
         for kind, color in (("code", "tab:blue"), ("chat", "tab:orange")):
             ax.plot([m["prompts_seen"] for m in pts], [m[kind][field] for m in pts], marker="o", color=color,
                     label=f"pair, {kind}")
-            ax.axhline(pts[0][kind][field], color=color, linestyle=":", label=f"untrained pair, {kind}")
+            ax.axhline(pts[0][kind][field], color=color, linestyle=":", label=f"starting pair, {kind}")
             if alone:
                 ax.axhline(alone[0][kind][field], color=color, linestyle="--", label=f"target alone, {kind}")
             for m, style in zip([m for m in report["measurements"] if m["label"] in report.get("baselines", [])],
@@ -239,7 +240,7 @@ def main() -> int:
 
     session = Session(args.drafter, args.target, k=args.k, runtime=Runtime(dtype=args.dtype))
     cfg = daemon.load_config(args.daemon_config)
-    # the user's first step, `omnidraft pair`: a fresh adapter, the cost model's acceptance per position
+    # the user's first step, `omnidraft pair`: the starting adapter, the cost model's acceptance per position
     paired = pair(args.target, args.drafter, session=session, calibration_s=args.calibration_s)
     log(format_report(paired))
     report = benchio.stamp_report(
@@ -260,14 +261,14 @@ def main() -> int:
     runs = {} if args.no_baselines else baselines(args.target, args.drafter, args.threads, log, assisted=(BEST,))
     before = side_by_side(session, held, args.max_new_tokens, baselines=runs)
     record("target alone (before)", 0, before["target alone"])
-    record("untrained pair", 0, before["pair"])
+    record(f"starting pair ({paired['adapter_start']} {paired['adapter']})", 0, before["pair"])
     report["baselines"] = list(runs)
     for name in runs:
         record(name, 0, before[name])
     del runs  # the baselines' models leave memory before the daemon trains
     pid = daemon.start(args.poll, config=args.daemon_config)
     log(f"daemon pid {pid}")
-    measured = session.version  # pairing's fresh adapter: the untrained drafter
+    measured = session.version  # the adapter pairing started from
     t0 = time.perf_counter()
     try:
         for n, (prompt, is_chat) in enumerate(stream, 1):
@@ -294,13 +295,13 @@ def main() -> int:
     record("target alone (after)", len(stream), after["target alone"])
     report["rounds"] = history(session.spec)
     report["stream_seconds"] = round(time.perf_counter() - t0, 1)
-    untrained = report["measurements"][1]
-    last = [m for m in report["measurements"] if m["label"].startswith(("version", "final"))] or [untrained]
+    start = report["measurements"][1]
+    last = [m for m in report["measurements"] if m["label"].startswith(("version", "final"))] or [start]
     last = last[-1]
     alone = report["measurements"][-1]  # the target alone after the stream, per prompt in turn with `last`
     report["summary"] = {
-        kind: {"speedup_vs_untrained": round(last[kind]["tokens_per_s"] / untrained[kind]["tokens_per_s"], 3),
-               "forwards_change": round(last[kind]["forwards_per_token"] / untrained[kind]["forwards_per_token"] - 1, 4),
+        kind: {"speedup_vs_start": round(last[kind]["tokens_per_s"] / start[kind]["tokens_per_s"], 3),
+               "forwards_change": round(last[kind]["forwards_per_token"] / start[kind]["forwards_per_token"] - 1, 4),
                "vs_target_alone": round(last[kind]["tokens_per_s"] / alone[kind]["tokens_per_s"], 3)}
         for kind in ("code", "chat")}
     session.close()

@@ -48,6 +48,15 @@ def encode_prompt(tok, prompt: str, *, chat: bool) -> list[int]:
     return [int(i) for i in tok(prompt, add_special_tokens=True)["input_ids"]]
 
 
+def chat_preamble(tok) -> list[int]:
+    """The ids every chat prompt starts with (the template's system turn and the user turn's
+    opening); none without a chat template."""
+    if not getattr(tok, "chat_template", None):
+        return []
+    a, b = encode_prompt(tok, "a", chat=True), encode_prompt(tok, "b", chat=True)
+    return a[:next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))]
+
+
 def generation_eos_ids(generation_config) -> set[int]:
     """The EOS ids of a model's generation config (none without one)."""
     eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None

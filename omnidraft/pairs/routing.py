@@ -8,7 +8,9 @@ prompt's prefill, and the copies a long context supplies, go far faster on the p
 Each generation runs where it is predicted to end first: the prompt ids the runtime's cache does
 not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed),
 plus the token budget at the decoding speed its cost model predicts (pairs/cost.py, with the
-round costs it has learnt). Ties go to the bit-exact program.
+round costs it has learnt). Ties go to the bit-exact program. Every runtime's cache starts holding
+the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for
+the system prompt the other already holds, and never be chosen for chat.
 
 Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omnidraft.models.lm import common_prefix
+from omnidraft.models.lm import common_prefix, sync
 from omnidraft.pairs.cost import CostModel
 
 
@@ -34,6 +36,13 @@ class Route:
     cost_on: dict
 
 
+def warm(routes: list[Route], preamble: list[int]) -> None:
+    """Every route's target cache holds ``preamble`` (ids every chat prompt starts with)."""
+    if preamble:
+        for r in routes:
+            sync(r.target.model, preamble)
+
+
 def prefill_ms(model: CostModel, n: int) -> float:
     """ms to read ``n`` ids: v(n) up to the widest timed width w, past it n * v(w) / w."""
     if n <= 0:
@@ -42,11 +51,18 @@ def prefill_ms(model: CostModel, n: int) -> float:
     return model.v(n) if n <= widest else n * model.verify_ms[widest] / widest
 
 
-def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:
-    """The generation's predicted ms on ``route``: its uncached prompt ids, then ``budget`` tokens."""
+def forecast(route: Route, prompt_ids: list[int]) -> dict[str, float]:
+    """What ``route`` is predicted to take for a prompt now: ``prefill_ms`` for the ids its cache
+    lacks, then ``tokens_per_s`` decoding (drafts only: copies the context supplies come on top)."""
     dl = route.draft_length
     uncached = len(prompt_ids) - min(common_prefix(route.target.model.tokens, prompt_ids), len(prompt_ids) - 1)
-    return prefill_ms(dl.model, uncached) + budget * 1e3 / max(dl.predicted, 1e-9)
+    return {"prefill_ms": prefill_ms(dl.model, uncached), "tokens_per_s": max(dl.predicted, 1e-9)}
+
+
+def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:
+    """The generation's predicted ms on ``route``: its uncached prompt ids, then ``budget`` tokens."""
+    f = forecast(route, prompt_ids)
+    return f["prefill_ms"] + budget * 1e3 / f["tokens_per_s"]
 
 
 def choose(routes: list[Route], prompt_ids: list[int], budget: int) -> tuple[Route, dict[str, float]]:

@@ -10,7 +10,7 @@ from omnidraft.decode.draft_length import CostModelK
 from omnidraft.decode.generate import generate_ar
 from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
-from omnidraft.pairs.routing import Route, choose, prefill_ms
+from omnidraft.pairs.routing import Route, choose, forecast, prefill_ms, warm
 from omnidraft.pairs.settings import Runtime
 
 from ..conftest import save_tiny, tiny, vocab_len
@@ -20,9 +20,15 @@ PROGRAM = CostModel({1: 38.0, 2: 40.0, 8: 48.0, 32: 60.0}, drafter_ms=10.0)
 LLAMACPP = CostModel({1: 30.0, 2: 57.0, 8: 219.0, 32: 670.0}, drafter_ms=10.0)
 
 
-class Cache:  # an LM's cache and window as routing reads them
+class Cache:  # an LM's cache and window as routing reads and fills them
     def __init__(self, tokens=(), max_length=4096):
         self.tokens, self.max_length = list(tokens), max_length
+
+    def truncate(self, n):
+        del self.tokens[n:]
+
+    def extend(self, ids, **_):
+        self.tokens += ids
 
 
 def route(name: str, model: CostModel, cached=()) -> Route:
@@ -42,6 +48,29 @@ def test_a_long_prompt_goes_to_the_cheap_wide_calls_and_a_short_one_to_the_fast_
     assert best is program and times["llamacpp"] > times["executorch"]  # 300 ids: 6.3 s of prefill vs 0.6
     cached = route("llamacpp", LLAMACPP, cached=long[:290])  # llama.cpp already holds most of it
     assert choose([program, cached], long, 64)[0] is cached
+
+
+def test_the_forecast_prices_only_the_ids_the_cache_lacks():
+    long = list(range(300))
+    cold, warm = route("executorch", PROGRAM), route("executorch", PROGRAM, cached=long[:290])
+    assert forecast(cold, long)["prefill_ms"] == pytest.approx(300 * 60.0 / 32)
+    assert forecast(warm, long)["prefill_ms"] == PROGRAM.v(10)  # the 10 ids past the cached 290
+    assert forecast(cold, long)["tokens_per_s"] == cold.draft_length.predicted
+
+
+def test_a_runtime_not_chosen_yet_is_not_priced_for_the_preamble_the_other_holds(qwen_tok):
+    from omnidraft.decode.text import chat_preamble, encode_prompt
+    from omnidraft.models.lm import common_prefix
+
+    preamble = chat_preamble(qwen_tok)
+    prompt = encode_prompt(qwen_tok, "Explain what a closure is.", chat=True)
+    assert 10 < len(preamble) < len(prompt) and prompt[:len(preamble)] == preamble
+    assert common_prefix(preamble, encode_prompt(qwen_tok, "Hi", chat=True)) == len(preamble)
+    program, llama = route("executorch", PROGRAM, cached=preamble), route("llamacpp", LLAMACPP)
+    assert choose([program, llama], prompt, 64)[0] is program  # llama.cpp priced for the system prompt
+    warm([program, llama], preamble)
+    assert llama.target.model.tokens == preamble
+    assert choose([program, llama], prompt, 64)[0] is llama  # only the question left: the faster decoder
 
 
 def test_only_a_window_that_holds_the_prompt_and_budget_is_chosen():
@@ -78,6 +107,9 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
         got = s.generate(prompt, max_new_tokens=16)
         assert got.metrics["target_runtime"] == runtime and set(got.metrics["predicted_ms"]) == {"executorch",
                                                                                               "llamacpp"}
+        f = got.metrics["forecast"]  # the chosen route's prediction, as it stood before the generation
+        assert got.metrics["predicted_ms"][runtime] == pytest.approx(f["prefill_ms"] + 16e3 / f["tokens_per_s"],
+                                                                     abs=0.2)
         assert got.token_ids == generate_ar(ref, s.target_tok, prompt, max_new_tokens=16).token_ids
     assert (tmp_path / "l.json").is_file() and (tmp_path / "p.json").is_file()  # each runtime's costs kept
     s.close()
