@@ -283,7 +283,9 @@ class Session:
                     result = yield from self._engine_alone(target_ids, budget)
                 else:
                     result = yield from self._pair_generation(prompt, target_ids, budget, chat)
-                if routed:
+                if routed:  # its prompt read teaches the route's prefill price (kept with its cost model)
+                    route.draft_length.model.observe_prefill(ahead["prompt_ids_read"], result.metrics["prefill_s"])
+                    self.save_cost()
                     result.metrics.update(predicted_ms=routed, forecast={k: round(v, 3) for k, v in ahead.items()})
             result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)
             self.turns = (self.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:] if self.lookup else []

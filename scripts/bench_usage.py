@@ -83,6 +83,7 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
                     kept = session.draft_length
                     if row == "target alone":
                         session.draft_length = FixedK(0)
+                    session.new_conversation()  # copies only from this prompt: not an earlier row's answer
                     try:
                         m = session.generate(prompt, max_new_tokens=max_new_tokens, chat=chat).metrics
                     finally:

@@ -30,6 +30,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     say(f"timing the target on {session.target_runtime} ...")  # again: a timing saved earlier may be stale
     dl.model.verify_ms = cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS).verify_ms
     dl.model.drafted_extra_ms = dl.model.plain_extra_ms = 0.0  # gaps to the old timing; each runtime learns its own
+    dl.model.prefill_scale = 1.0
     dl.reestimate()
     session.save_cost()
     models = {session.target_runtime: dl.model}

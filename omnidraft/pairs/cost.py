@@ -40,6 +40,7 @@ CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
 REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
 ROUND_WEIGHT = 0.05  # a round's weight in the running estimate of what rounds cost beyond the model
+PREFILL_WEIGHT = 0.2  # a prompt read's weight in the running estimate of prefill / its timed price
 
 
 def cpu_info() -> dict:
@@ -94,7 +95,9 @@ class CostModel:
     call by call; and what a round costs beyond those terms, learnt from the rounds generations
     run (``observe_round``: the loop, verification, reverse translation, n-gram learning, the
     drafter's rollback, a machine slower than when it was timed), for rounds that drafted and
-    for rounds that did not (the target alone, copies)."""
+    for rounds that did not (the target alone, copies); and how a prompt read compares with its
+    price from the timed calls (``observe_prefill``: a long prompt is read in calls wider than the
+    widest timed, or on a busier machine)."""
 
     verify_ms: dict[int, float]
     drafter_ms: float
@@ -102,6 +105,7 @@ class CostModel:
     catchup_ms: float = 0.0
     drafted_extra_ms: float = 0.0
     plain_extra_ms: float = 0.0
+    prefill_scale: float = 1.0
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
@@ -152,6 +156,24 @@ class CostModel:
         gap = min(max(seconds * 1e3 - modeled, -modeled / 2), 2 * modeled)
         key = "drafted_extra_ms" if forwards else "plain_extra_ms"
         setattr(self, key, (1 - ROUND_WEIGHT) * getattr(self, key) + ROUND_WEIGHT * gap)
+
+    def prefill_ms(self, n: int) -> float:
+        """ms to read ``n`` prompt ids: v(n) up to the widest timed width w, past it n * v(w) / w,
+        times what prompt reads have measured against that price."""
+        if n <= 0:
+            return 0.0
+        widest = max(self.verify_ms)
+        timed = self.v(n) if n <= widest else n * self.verify_ms[widest] / widest
+        return self.prefill_scale * timed
+
+    def observe_prefill(self, n: int, seconds: float) -> None:
+        """Fold a prompt read of ``n`` ids that took ``seconds`` into ``prefill_scale`` (each read's
+        ratio bounded to [1/4, 4]: one stall does not swing it)."""
+        if n <= 0:
+            return
+        priced = self.prefill_ms(n) / self.prefill_scale
+        ratio = min(max(seconds * 1e3 / priced, 0.25), 4.0)
+        self.prefill_scale = (1 - PREFILL_WEIGHT) * self.prefill_scale + PREFILL_WEIGHT * ratio
 
     def copy_lengths(self, available: int) -> list[int]:
         """Copy lengths up to ``available`` whose verify width (n + 1) was measured: an
@@ -209,7 +231,8 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
                       drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)),
                       catchup_ms=float(m.get("catchup_ms", 0.0)),
                       drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)),
-                      plain_extra_ms=float(m.get("plain_extra_ms", 0.0)))
+                      plain_extra_ms=float(m.get("plain_extra_ms", 0.0)),
+                      prefill_scale=float(m.get("prefill_scale", 1.0)))
     return model, data.get("reached", []), data.get("accepted", [])
 
 

@@ -6,7 +6,8 @@ but its 32-token call costs 7.3x its one-token call against the program's ~1.5x,
 prompt's prefill, and the copies a long context supplies, go far faster on the program.
 
 Each generation runs where it is predicted to end first: the prompt ids the runtime's cache does
-not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed),
+not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed,
+scaled by what its prompt reads have measured),
 plus the token budget at the decoding speed its cost model predicts (pairs/cost.py, with the
 round costs it has learnt). Ties go to the bit-exact program. Every runtime's cache starts holding
 the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.models.lm import common_prefix, sync
-from omnidraft.pairs.cost import CostModel
 
 
 @dataclass
@@ -43,20 +43,14 @@ def warm(routes: list[Route], preamble: list[int]) -> None:
             sync(r.target.model, preamble)
 
 
-def prefill_ms(model: CostModel, n: int) -> float:
-    """ms to read ``n`` ids: v(n) up to the widest timed width w, past it n * v(w) / w."""
-    if n <= 0:
-        return 0.0
-    widest = max(model.verify_ms)
-    return model.v(n) if n <= widest else n * model.verify_ms[widest] / widest
-
-
 def forecast(route: Route, prompt_ids: list[int]) -> dict[str, float]:
-    """What ``route`` is predicted to take for a prompt now: ``prefill_ms`` for the ids its cache
-    lacks, then ``tokens_per_s`` decoding (drafts only: copies the context supplies come on top)."""
+    """What ``route`` is predicted to take for a prompt now: ``prefill_ms`` for the
+    ``prompt_ids_read`` its cache lacks (pairs/cost.py ``prefill_ms``), then ``tokens_per_s``
+    decoding (drafts only: copies the context supplies come on top)."""
     dl = route.draft_length
     uncached = len(prompt_ids) - min(common_prefix(route.target.model.tokens, prompt_ids), len(prompt_ids) - 1)
-    return {"prefill_ms": prefill_ms(dl.model, uncached), "tokens_per_s": max(dl.predicted, 1e-9)}
+    return {"prefill_ms": dl.model.prefill_ms(uncached), "tokens_per_s": max(dl.predicted, 1e-9),
+            "prompt_ids_read": uncached}
 
 
 def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:

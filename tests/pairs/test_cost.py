@@ -48,6 +48,23 @@ def test_rounds_slower_than_timed_teach_the_model_their_extra_cost():
     assert m.drafted_extra_ms < 8.0 + 0.05 * 2 * m.round_ms(2, 1) + 0.01
 
 
+def test_prompt_reads_teach_the_prefill_price():
+    """A prompt is priced from the timed calls (past the widest, at its ms per id); reads measured
+    cheaper (wider calls than timed) or dearer (a busier machine) move the price, one read a
+    bounded step."""
+    m = CostModel({1: 10.0, 8: 16.0, 32: 64.0}, drafter_ms=1.0)
+    assert m.prefill_ms(0) == 0.0 and m.prefill_ms(8) == 16.0 and m.prefill_ms(320) == pytest.approx(640.0)
+    for _ in range(40):  # 320-id prompts read in 448 ms: 0.7 of their price
+        m.observe_prefill(320, 0.448)
+    assert m.prefill_scale == pytest.approx(0.7, abs=1e-3) and m.prefill_ms(320) == pytest.approx(448.0, rel=1e-3)
+    before = m.prefill_scale
+    m.observe_prefill(320, 60.0)  # a one-minute stall: read as 4x the price, weighed 0.2
+    assert m.prefill_scale == pytest.approx(0.8 * before + 0.2 * 4.0)
+    stalled = m.prefill_scale
+    m.observe_prefill(0, 1.0)  # nothing read: nothing learnt
+    assert m.prefill_scale == stalled
+
+
 def test_verify_time_between_and_past_measured_widths():
     m = CostModel({1: 10.0, 4: 16.0, 8: 24.0}, drafter_ms=0.0)
     assert m.v(2) == pytest.approx(12.0) and m.v(6) == pytest.approx(20.0)
@@ -77,7 +94,8 @@ def test_cost_command_rejects_bad_widths(capsys):
 def test_a_pairs_cost_model_is_kept_only_for_what_it_was_measured_on(tmp_path):
     from omnidraft.pairs import cost
 
-    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5, drafted_extra_ms=3.0, plain_extra_ms=1.0)
+    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5, drafted_extra_ms=3.0, plain_extra_ms=1.0,
+                  prefill_scale=0.7)
     on = {"target_runtime": "executorch 8da8w", "drafter_runtime": "executorch 8da8w", "cpu": "X", "threads": 2}
     cost.save(tmp_path / "cost.json", m, [10.0, 5.0], [8.0, 2.5], on)
     got, reached, accepted = cost.load(tmp_path / "cost.json", on)

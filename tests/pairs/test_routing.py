@@ -10,7 +10,7 @@ from omnidraft.decode.draft_length import CostModelK
 from omnidraft.decode.generate import generate_ar
 from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
-from omnidraft.pairs.routing import Route, choose, forecast, prefill_ms, warm
+from omnidraft.pairs.routing import Route, choose, forecast, warm
 from omnidraft.pairs.settings import Runtime
 
 from ..conftest import save_tiny, tiny, vocab_len
@@ -35,11 +35,6 @@ def route(name: str, model: CostModel, cached=()) -> Route:
     return Route(name, LocalTarget(Cache(cached)), CostModelK(copy.deepcopy(model)), None, {})
 
 
-def test_prefill_reads_past_the_widest_timed_width_at_its_cost_per_id():
-    assert prefill_ms(PROGRAM, 0) == 0.0 and prefill_ms(PROGRAM, 8) == 48.0
-    assert prefill_ms(PROGRAM, 320) == pytest.approx(600.0)  # ten 32-id calls
-
-
 def test_a_long_prompt_goes_to_the_cheap_wide_calls_and_a_short_one_to_the_fast_decoder():
     program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
     short, long = list(range(20)), list(range(300))
@@ -55,6 +50,7 @@ def test_the_forecast_prices_only_the_ids_the_cache_lacks():
     cold, warm = route("executorch", PROGRAM), route("executorch", PROGRAM, cached=long[:290])
     assert forecast(cold, long)["prefill_ms"] == pytest.approx(300 * 60.0 / 32)
     assert forecast(warm, long)["prefill_ms"] == PROGRAM.v(10)  # the 10 ids past the cached 290
+    assert forecast(warm, long)["prompt_ids_read"] == 10
     assert forecast(cold, long)["tokens_per_s"] == cold.draft_length.predicted
 
 
@@ -112,4 +108,5 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
                                                                      abs=0.2)
         assert got.token_ids == generate_ar(ref, s.target_tok, prompt, max_new_tokens=16).token_ids
     assert (tmp_path / "l.json").is_file() and (tmp_path / "p.json").is_file()  # each runtime's costs kept
+    assert all(r.draft_length.model.prefill_scale != 1.0 for r in s.routes)  # each learnt from its prompt reads
     s.close()
