@@ -157,22 +157,24 @@ class CostModel:
         key = "drafted_extra_ms" if forwards else "plain_extra_ms"
         setattr(self, key, (1 - ROUND_WEIGHT) * getattr(self, key) + ROUND_WEIGHT * gap)
 
-    def prefill_ms(self, n: int) -> float:
-        """ms to read ``n`` prompt ids: v(n) up to the widest timed width w, past it n * v(w) / w,
-        times what prompt reads have measured against that price."""
+    def timed_prefill_ms(self, n: int) -> float:
+        """ms to read ``n`` prompt ids by the timed calls: v(n) up to the widest timed width w,
+        past it n * v(w) / w."""
         if n <= 0:
             return 0.0
         widest = max(self.verify_ms)
-        timed = self.v(n) if n <= widest else n * self.verify_ms[widest] / widest
-        return self.prefill_scale * timed
+        return self.v(n) if n <= widest else n * self.verify_ms[widest] / widest
+
+    def prefill_ms(self, n: int) -> float:
+        """``timed_prefill_ms`` times what prompt reads have measured against it."""
+        return self.prefill_scale * self.timed_prefill_ms(n)
 
     def observe_prefill(self, n: int, seconds: float) -> None:
         """Fold a prompt read of ``n`` ids that took ``seconds`` into ``prefill_scale`` (each read's
         ratio bounded to [1/4, 4]: one stall does not swing it)."""
         if n <= 0:
             return
-        priced = self.prefill_ms(n) / self.prefill_scale
-        ratio = min(max(seconds * 1e3 / priced, 0.25), 4.0)
+        ratio = min(max(seconds * 1e3 / self.timed_prefill_ms(n), 0.25), 4.0)
         self.prefill_scale = (1 - PREFILL_WEIGHT) * self.prefill_scale + PREFILL_WEIGHT * ratio
 
     def copy_lengths(self, available: int) -> list[int]:
