@@ -20,7 +20,7 @@ FILES = ("adapter_model.safetensors", "head.safetensors")
 # pair -> sha256 of each weight file (adapter_config.json and meta.json are plain text beside them)
 PINS: dict[str, dict[str, str]] = {
     "smollm2-135m--qwen2.5-coder-0.5b": {"adapter_model.safetensors": "342f5a124e92d8ca7afd6a0c24ca4c3bcda47d2d0d0646fa743d788168664fa3", "head.safetensors": "436b9362c1c47b4120598246d54c022935c4a0cb75a17bcb87d7736052e65037"},
-    "smollm2-135m--qwen2.5-coder-1.5b": {"adapter_model.safetensors": "aef689f427a79d927c7c01f597068e93205e4404248b16a89e6ea440cb827fd2", "head.safetensors": "123ad709d425f385cd9db5059afd9a688bf3ca411294e0f8004203e779a3e6c9"},
+    "smollm2-135m--qwen2.5-coder-1.5b": {"adapter_model.safetensors": "0e3861b0c85d5386d6716e91b22681e13a0a08c34925214470baa0c8bf43a1d7", "head.safetensors": "e160f4722c2eb8fb53414809b56379d90a81db9dc73c006ec5090c965a2a1274"},
 }
 
 

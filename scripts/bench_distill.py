@@ -30,7 +30,8 @@ def main() -> int:
     import benchsetup
 
     ap = benchsetup.parser(__doc__, k=False, max_new_tokens=64, target="qwen2.5-coder-1.5b")
-    ap.add_argument("--version", default=None, help="the distilled adapter version (default: the pair's latest)")
+    ap.add_argument("--version", nargs="+", default=None, help="the distilled adapter versions, each a row "
+                    "(default: the pair's latest; the first named is the one the ratio columns compare)")
     ap.add_argument("--code", type=int, default=6)
     ap.add_argument("--chat", type=int, default=6)
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
@@ -49,12 +50,15 @@ def main() -> int:
     from omnidraft.pairs.spec import adapter_store, pair_name
 
     name = pair_name(args.drafter, args.target)
-    version = args.version or adapter_store().latest(name)
-    meta = next((m for m in adapter_store().list(name) if m["version"] == version), {})
+    versions = args.version or [adapter_store().latest(name)]
+    version = versions[0]
+    metas = {m["version"]: m for m in adapter_store().list(name)}
+    meta = metas.get(version, {})
     runtime = Runtime(target=args.target_runtime)
     distilled, zero = f"pair, distilled ({version})", "pair, zero adapter"
-    sessions = {distilled: Session(args.drafter, args.target, adapter=version, runtime=runtime, log=False),
-                zero: Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)}
+    sessions = {f"pair, distilled ({v})": Session(args.drafter, args.target, adapter=v, runtime=runtime, log=False)
+                for v in versions}
+    sessions[zero] = Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)
     first = sessions[distilled]
     alone_row = f"target alone ({first.target_runtime})"
     runs = baselines(args.target, args.drafter, args.threads, log, assisted=() if args.no_transformers else (BEST,))
@@ -108,8 +112,8 @@ def main() -> int:
 
     cpu = cpu_info()
     cpu_line = benchio.cpu_line(cpu, args.threads)
-    header = ["set"] + rows + ["distilled / zero adapter", "distilled / target alone", "distilled / llama.cpp alone",
-                               "tokens per target forward (distilled, zero)", "forwards ratio"]
+    header = ["set"] + rows + [f"{version} / zero adapter", f"{version} / target alone", f"{version} / llama.cpp alone",
+                               f"tokens per target forward ({', '.join(versions)}, zero)", "forwards ratio"]
     table = []
     for set_name in sets:
         t = tally[set_name]
@@ -119,7 +123,8 @@ def main() -> int:
         table.append([set_name] + [tps[r] for r in rows] + [
             f"{tps[distilled] / tps[zero]:.2f}x", f"{tps[distilled] / tps[alone_row]:.2f}x",
             f"{tps[distilled] / llama:.2f}x" if llama else "",
-            f"{per_fwd[distilled]:.2f}, {per_fwd[zero]:.2f}", f"{per_fwd[distilled] / per_fwd[zero]:.2f}x"])
+            ", ".join(f"{per_fwd[r]:.2f}" for r in sessions),
+            ", ".join(f"{per_fwd[r] / per_fwd[zero]:.2f}x" for r in sessions if r != zero)])
     pos_rows = []
     for set_name in sets:
         for row in sessions:
@@ -128,6 +133,7 @@ def main() -> int:
     n_prompts = sum(len(p) for p in sets.values())
     report = benchio.stamp_report(drafter=args.drafter, target=args.target, cpu=cpu, threads=args.threads,
                                   max_new_tokens=args.max_new_tokens, version=version, adapter_meta=meta,
+                                  versions_compared={v: metas.get(v, {}) for v in versions[1:]},
                                   target_runtime=first.target_runtime, drafter_runtime=first.drafter_runtime,
                                   tokens_per_s={n: {r: tally[n][r].tokens_per_s() for r in rows} for n in sets},
                                   tokens_per_forward={f"{n} / {r}": tally[n][r].tokens / max(forwards[(n, r)], 1)
@@ -144,9 +150,9 @@ def main() -> int:
                                                    pos_rows), "",
           "Outputs identical to the target alone's: " + ", ".join(f"{r} {lossless[r]}/{n_prompts}" for r in sessions)
           + ".", "", f"transformers row: {assisted_name(BEST)}." if not args.no_transformers else "", "",
-          *distill_lines(meta)]
+          *[line for v in versions for line in distill_lines(metas.get(v, {}))]]
     stem = benchio.save(args.out, "distill", "A drafter aligned before the first prompt", report, md)
-    plot_curve(meta, stem, cpu_line)
+    plot_curve([metas.get(v, {}) for v in versions], stem, cpu_line)
     for s in sessions.values():
         s.close()
     return 0
@@ -158,15 +164,17 @@ def distill_lines(meta: dict) -> list[str]:
         return []
     cpu_h = (meta.get("records", {}).get("seconds", 0) + meta.get("train_seconds", 0)) / 3600
     curve = ", ".join(f"{x}: {a:.3f}" for x, a in meta.get("curve", []))
-    return [f"Distillation: {meta['corpus_records']} corpus records ({meta['corpus_target_positions']} target "
+    return [f"Distillation of {meta['version']}: {meta['corpus_records']} corpus records ({meta['corpus_target_positions']} target "
             f"positions), {meta['updates']} record-steps, records + training {cpu_h:.2f} wall-hours; held-out "
             f"teacher-forced acceptance {meta['acceptance_before']} -> {meta['acceptance_after']}"
             + (f"; learning curve (record-steps: acceptance) {curve}" if curve else "") + "."]
 
 
-def plot_curve(meta: dict, stem: Path, cpu_line: str) -> None:
-    """The distillation's learning curve (held-out acceptance against record-steps) as <stem>.png."""
-    if len(meta.get("curve", [])) < 2:
+def plot_curve(metas: list[dict], stem: Path, cpu_line: str) -> None:
+    """Each distillation's learning curve (held-out acceptance against target positions trained on)
+    as <stem>.png."""
+    metas = [m for m in metas if len(m.get("curve", [])) >= 2]
+    if not metas:
         return
     try:
         import matplotlib
@@ -176,16 +184,16 @@ def plot_curve(meta: dict, stem: Path, cpu_line: str) -> None:
     except ImportError:
         print("matplotlib not installed: no curve", file=sys.stderr)
         return
-    xs, ys = zip(*meta["curve"])
-    per_record = meta["corpus_target_positions"] / max(meta["corpus_records"], 1)
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(xs, ys, marker="o", label="distilled adapter")
-    ax.axhline(ys[0], linestyle=":", color="gray", label="zero adapter")
-    for e in range(1, meta["config"]["epochs"]):
-        ax.axvline(meta["updates"] * e / meta["config"]["epochs"], linestyle="--", color="lightgray")
-    ax.set_xlabel(f"record-steps (~{per_record:.0f} target positions each; dashed: epoch)")
+    for meta in metas:
+        xs, ys = zip(*meta["curve"])
+        per_step = meta["corpus_target_positions"] / max(meta["corpus_records"], 1)  # a record-step's positions
+        ax.plot([x * per_step / 1000 for x in xs], ys, marker="o",
+                label=f"{meta['version']}: {meta['corpus_records']} records, {meta['config']['epochs']} epochs")
+    ax.axhline(metas[0]["curve"][0][1], linestyle=":", color="gray", label="zero adapter")
+    ax.set_xlabel("thousand target positions trained on (epochs counted)")
     ax.set_ylabel("held-out teacher-forced greedy acceptance")
-    ax.set_title(f"{meta['pair']}: distillation learning curve\n" + "\n".join(textwrap.wrap(cpu_line, 100)),
+    ax.set_title(f"{metas[0]['pair']}: distillation learning curves\n" + "\n".join(textwrap.wrap(cpu_line, 100)),
                  fontsize=7)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -1,10 +1,11 @@
 """Build the pre-adapted adapters the package ships (adapters/pretrained/<pair>/, #54): for each
-target, `omnidraft distill` with the defaults on a scratch home (the records, checkpoint and
+target, `omnidraft distill` (the defaults, or --code / --chat) on a scratch home (the records, checkpoint and
 report stay there), then the published version written in bf16 beside its meta (the distill
 report: corpus, held-out verdict, CPU seconds) and its sha256 pins written into adapters/shipped.py.
 A version the guard rejected is never written.
 
-  python scripts/distill_adapters.py --targets qwen2.5-coder-1.5b qwen2.5-coder-0.5b --home /tmp/distill-home
+  python scripts/distill_adapters.py --targets qwen2.5-coder-1.5b --code 40 --chat 140 --home /tmp/distill-home
+  python scripts/distill_adapters.py --targets qwen2.5-coder-0.5b --home /tmp/distill-home
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> int:
     ap.add_argument("--drafter", default="smollm2-135m")
     ap.add_argument("--home", default=None, help="OMNIDRAFT_HOME for the runs (default: the current one)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--code", type=int, default=None, help="HumanEval problems in each corpus (default: distill's)")
+    ap.add_argument("--chat", type=int, default=None, help="ShareGPT conversations in each corpus (default: distill's)")
     ap.add_argument("--rank", type=int, default=20, help="ship each module's weight change at this rank (20: "
                     "a rank-32 SmolLM2 adapter in 4.6 MB, 98.7%% of its energy kept; the install pads it back)")
     args = ap.parse_args()
@@ -48,8 +51,9 @@ def main() -> int:
     quiet_libraries()
     set_threads(args.threads)
     pins = dict(shipped.PINS)
+    sizes = {k: v for k, v in (("code", args.code), ("chat", args.chat)) if v is not None}
     for target in args.targets:
-        report = distill(target, args.drafter, DistillConfig(), say=lambda s: print(s, file=sys.stderr, flush=True))
+        report = distill(target, args.drafter, DistillConfig(**sizes), say=lambda s: print(s, file=sys.stderr, flush=True))
         if not report.get("version"):
             print(f"{report['pair']}: the guard rejected the distilled adapter; nothing written", file=sys.stderr)
             continue

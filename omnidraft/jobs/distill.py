@@ -4,8 +4,10 @@ adapter version unless the guard finds it significantly worse on held-out prompt
 
 Three stages, each resumable after a kill -9 (state in $OMNIDRAFT_HOME/pairs/<pair>/distill/):
 records (the target's distributions over each corpus answer, one target call each, stored as
-training records in SQLite, one transaction per record; held-out records are the target's own
-greedy answers to held-out prompts), training (train/offline.py: checkpointed epochs) and the
+training records in SQLite, one transaction per record and keyed by its corpus sample, so a run
+asked for a larger corpus makes only the new ones; held-out records are the target's own greedy
+answers to held-out prompts), training (train/offline.py: checkpointed epochs over the asked
+corpus's records; it starts over when that record set changes) and the
 verdict (teacher-forced greedy acceptance on the held-out records, zero adapter vs distilled,
 McNemar's test as the daemon's guard). Knows the stages and their files; the corpus, records and
 trainers are train/'s, printing the caller's (``say``).
@@ -14,6 +16,7 @@ trainers are train/'s, printing the caller's (``say``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 import time
@@ -63,9 +66,10 @@ class DistillConfig:
                 raise OmniDraftError(f"distill option {name} must be {want}, got {getattr(self, name)!r}")
 
     def records_key(self) -> dict:
-        """What the stored records depend on: resuming with other values would mix corpora."""
-        return {"code": self.code, "chat": self.chat, "heldout": list(self.heldout), "source": self.source,
-                "answer_tokens": self.answer_tokens, "heldout_tokens": self.heldout_tokens, "topk": TOPK}
+        """What each stored record depends on: resuming with other values would mix corpora. The
+        corpus sizes are not in it: a corpus sample's record is the same in a larger corpus."""
+        return {"heldout": list(self.heldout), "source": self.source, "answer_tokens": self.answer_tokens,
+                "heldout_tokens": self.heldout_tokens, "topk": TOPK}
 
 
 def _eta(done: int, total: int, seconds: float) -> str:
@@ -99,23 +103,24 @@ def _state_dir(name: str, cfg: DistillConfig, restart: bool) -> Path:
     if restart:
         shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, exist_ok=True)
-    if key_file.is_file() and json.loads(key_file.read_text()) != cfg.records_key():
+    key = cfg.records_key()
+    if key_file.is_file() and {k: v for k, v in json.loads(key_file.read_text()).items() if k in key} != key:
         raise OmniDraftError(f"{d} holds records made with other options ({key_file.read_text()})",
                              "run again with the same options, or with --restart to start over")
-    atomic_write_json(key_file, cfg.records_key())
+    atomic_write_json(key_file, key)  # (earlier releases also wrote the corpus sizes here)
     return d
 
 
-def make_records(spec: PairSpec, cfg: DistillConfig, log, target_runtime: str, say) -> dict:
-    """Stage 1: held-out then corpus records, skipping those already stored. Returns counts."""
+def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_runtime: str, say) -> dict:
+    """Stage 1: held-out then corpus (``samples``) records, skipping those already stored. Returns
+    counts (and the seconds it took, where it made any)."""
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import local_target
-    from omnidraft.train.corpus import corpus, heldout
+    from omnidraft.train.corpus import heldout
     from omnidraft.train.teacher import answer_ids, greedy_answer, teacher_record
     from omnidraft.translate.state import PairState
 
-    samples = corpus(cfg.code, cfg.chat)
     held = heldout(*cfg.heldout)
     have = {kind: {p for _i, p, _d in log.read(kind, limit=10**9)} for kind in ("heldout", "corpus")}
     todo_held = [(n, p) for n, p in enumerate(held) if f"heldout/{n}" not in have["heldout"]]
@@ -167,6 +172,7 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.models.loading import load_model
     from omnidraft.quiet import loading_quietly
+    from omnidraft.train.corpus import corpus
     from omnidraft.train.guard import judge
     from omnidraft.train.offline import schedule, train
     from omnidraft.train.records import Record
@@ -182,14 +188,18 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     save_spec(spec)
     d = _state_dir(spec.name, cfg, restart)
     log = VerificationLog(d / "records.sqlite", max_bytes=1 << 40)
+    samples = corpus(cfg.code, cfg.chat)
     try:
-        made = make_records(spec, cfg, log, _teacher_runtime(target, target_runtime), say)
-        rows = {i: data for i, _p, data in log.read("corpus", limit=10**9) if data}
+        made = make_records(spec, cfg, samples, log, _teacher_runtime(target, target_runtime), say)
+        made["seconds"] = _records_seconds(d, made.pop("seconds", 0.0))
+        asked = {s.source for s in samples}  # a larger corpus's records stay stored, unread
+        rows = {i: data for i, p, data in log.read("corpus", limit=10**9) if data and p in asked}
         held = [Record.from_bytes(data) for _i, _p, data in log.read("heldout", limit=10**9)]
     finally:
         log.close()
     rcfg = RoundConfig(train=cfg.train, head=cfg.head)
     order = schedule(sorted(rows), cfg.epochs, cfg.train.update_interval)
+    _start_training_over_unless(d, order, say)
     finished = _finished(d, len(order))
     if finished is not None:
         say(f"distill: already done for these options ({finished.get('version') or 'not published'})")
@@ -255,6 +265,31 @@ def _cpu_s() -> float:
 
     use = resource.getrusage(resource.RUSAGE_SELF)
     return use.ru_utime + use.ru_stime
+
+
+def _records_seconds(d: Path, spent: float) -> float:
+    """Wall seconds spent making the stored records, over every run that finished the stage (a
+    larger corpus's report counts the records an earlier run made), kept in records_seconds.json."""
+    path = d / "records_seconds.json"
+    total = (json.loads(path.read_text())["seconds"] if path.is_file() else 0.0) + spent
+    if spent:
+        atomic_write_json(path, {"seconds": round(total, 1)})
+    return round(total, 1)
+
+
+def _start_training_over_unless(d: Path, order: list[int], say) -> None:
+    """Stages 2-3 belong to one schedule: when the records asked for changed (another corpus size
+    or epoch count), the checkpoint, curve and report of the last one go (the records stay)."""
+    stamp = d / "schedule.json"
+    key = {"updates": len(order), "sha256": hashlib.sha256(json.dumps(order).encode()).hexdigest()}
+    if stamp.is_file() and json.loads(stamp.read_text()) == key:
+        return
+    stale = [f for f in ("checkpoint.pt", "curve.json", "report.json") if (d / f).is_file()]
+    if stale:
+        say(f"distill: training starts over on {len(set(order))} corpus records (the records asked for changed)")
+    for f in stale:
+        (d / f).unlink()
+    atomic_write_json(stamp, key)
 
 
 def _finished(d: Path, updates: int) -> dict | None:

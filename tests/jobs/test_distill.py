@@ -1,12 +1,15 @@
 """`omnidraft distill` on tiny models with the real tokenizers: records, training and the guard's
 verdict; the adapter published for the pair; a second run loads no target and publishes nothing
-twice; options it cannot honour are one line."""
+twice; a larger corpus makes only its new records and trains again; options it cannot honour are
+one line."""
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 
+import omnidraft.train.teacher as teacher
 from omnidraft.errors import OmniDraftError
 from omnidraft.jobs.distill import DistillConfig, distill
 from omnidraft.models.acceptance import HeadConfig
@@ -50,7 +53,30 @@ def test_distill_publishes_a_guarded_adapter_once_and_resumes_without_the_target
     again = distill(target, drafter, CFG, say=lines.append)
     assert again["version"] == "v0001" and adapter_store().versions(pair_name(drafter, target)) == ["v0001"]
     with pytest.raises(OmniDraftError, match="other options"):
-        distill(target, drafter, DistillConfig(code=3, chat=0), say=lines.append)
+        distill(target, drafter, dataclasses.replace(CFG, answer_tokens=16), say=lines.append)
+
+
+def test_a_larger_corpus_makes_only_its_new_records_and_trains_again(pair_paths, monkeypatch):
+    drafter, target = pair_paths
+    small = dataclasses.replace(CFG, code=2)
+    first = distill(target, drafter, small)
+    assert first["corpus_records"] == 2 and first["version"] == "v0001"
+    made: list[str] = []
+    def counting(pair, tgt, prompt, chat, answer, topk):
+        made.append(prompt)
+        return original(pair, tgt, prompt, chat, answer, topk)
+
+    original = teacher.teacher_record
+    monkeypatch.setattr(teacher, "teacher_record", counting)
+    lines: list[str] = []
+    grown = distill(target, drafter, CFG, say=lines.append)
+    assert len(made) == 2 and grown["corpus_records"] == 4  # the first two records were kept
+    assert grown["records"]["seconds"] > first["records"]["seconds"] > 0  # the kept ones' time counted too
+    assert any("training starts over on 4 corpus records" in line for line in lines)
+    assert grown["updates"] == 4 and [x for x, _ in grown["curve"]][-1] == 4
+    assert grown["version"] == "v0002"  # trained from the drafter itself on the larger corpus
+    again = distill(target, drafter, small)  # the smaller corpus again: its records, retrained, nothing made
+    assert len(made) == 2 and again["corpus_records"] == 2 and again["updates"] == 2
 
 
 def test_bad_distill_options_are_one_line(tmp_path, monkeypatch):
