@@ -111,9 +111,10 @@ def _state_dir(name: str, cfg: DistillConfig, restart: bool) -> Path:
     return d
 
 
-def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_runtime: str, say) -> dict:
-    """Stage 1: held-out then corpus (``samples``) records, skipping those already stored. Returns
-    counts (and the seconds it took, where it made any)."""
+def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_runtime: str, say,
+                 clock: "_RecordsClock") -> dict:
+    """Stage 1: held-out then corpus (``samples``) records, skipping those already stored, each
+    one's time added to ``clock``. Returns counts."""
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import local_target
@@ -133,13 +134,14 @@ def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_
     ttok, dtok = load_tokenizer(spec.target_tokenizer or spec.target), load_tokenizer(spec.drafter)
     pair = PairState(dtok, ttok, _vocab_size(spec.drafter), target.vocab_size, persist=True)
     stop = stop_ids(ttok, model_eos_ids(target))
-    t0 = time.perf_counter()
+    clock.start()
     tell = _Stage(say, "held-out records", len(held))
     for n, (prompt, chat) in todo_held:
         answer = greedy_answer(target, encode_prompt(ttok, prompt, chat=chat), cfg.heldout_tokens, stop)
         rec = teacher_record(pair, target, prompt, chat, answer, TOPK)
         if rec is not None:
             log.append("heldout", f"heldout/{n}", rec.to_bytes())
+        clock.tick()
         tell(n + 1)
     tell = _Stage(say, "corpus records", len(samples))
     done = len(samples) - len(todo)
@@ -149,9 +151,10 @@ def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_
                   if greedy else answer_ids(ttok, s.answer, cfg.answer_tokens))
         rec = teacher_record(pair, target, s.prompt, s.chat, answer, TOPK)
         log.append("corpus", s.source, rec.to_bytes() if rec is not None else b"")
+        clock.tick()
         done += 1
         tell(done)
-    return {**counts, "seconds": round(time.perf_counter() - t0, 1)}
+    return counts
 
 
 def _vocab_size(drafter: str) -> int:
@@ -190,8 +193,9 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     log = VerificationLog(d / "records.sqlite", max_bytes=1 << 40)
     samples = corpus(cfg.code, cfg.chat)
     try:
-        made = make_records(spec, cfg, samples, log, _teacher_runtime(target, target_runtime), say)
-        made["seconds"] = _records_seconds(d, made.pop("seconds", 0.0))
+        clock = _RecordsClock(d / "records_seconds.json")
+        made = {**make_records(spec, cfg, samples, log, _teacher_runtime(target, target_runtime), say, clock),
+                "seconds": round(clock.total, 1)}
         asked = {s.source for s in samples}  # a larger corpus's records stay stored, unread
         rows = {i: data for i, p, data in log.read("corpus", limit=10**9) if data and p in asked}
         held = [Record.from_bytes(data) for _i, _p, data in log.read("heldout", limit=10**9)]
@@ -267,14 +271,23 @@ def _cpu_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def _records_seconds(d: Path, spent: float) -> float:
-    """Wall seconds spent making the stored records, over every run that finished the stage (a
-    larger corpus's report counts the records an earlier run made), kept in records_seconds.json."""
-    path = d / "records_seconds.json"
-    total = (json.loads(path.read_text())["seconds"] if path.is_file() else 0.0) + spent
-    if spent:
-        atomic_write_json(path, {"seconds": round(total, 1)})
-    return round(total, 1)
+class _RecordsClock:
+    """Wall seconds spent making the stored records, over every run (a larger corpus's report
+    counts the records an earlier run made), kept in ``path`` after each record (a kill loses
+    only the record in progress)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.total = json.loads(path.read_text())["seconds"] if path.is_file() else 0.0
+        self.last = time.perf_counter()
+
+    def start(self) -> None:
+        self.last = time.perf_counter()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        self.total, self.last = self.total + now - self.last, now
+        atomic_write_json(self.path, {"seconds": self.total})
 
 
 def _start_training_over_unless(d: Path, order: list[int], say) -> None:
