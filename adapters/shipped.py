@@ -20,7 +20,7 @@ FILES = ("adapter_model.safetensors", "head.safetensors")
 # pair -> sha256 of each weight file (adapter_config.json and meta.json are plain text beside them)
 PINS: dict[str, dict[str, str]] = {
     "smollm2-135m--qwen2.5-coder-0.5b": {"adapter_model.safetensors": "342f5a124e92d8ca7afd6a0c24ca4c3bcda47d2d0d0646fa743d788168664fa3", "head.safetensors": "436b9362c1c47b4120598246d54c022935c4a0cb75a17bcb87d7736052e65037"},
-    "smollm2-135m--qwen2.5-coder-1.5b": {"adapter_model.safetensors": "0e3861b0c85d5386d6716e91b22681e13a0a08c34925214470baa0c8bf43a1d7", "head.safetensors": "e160f4722c2eb8fb53414809b56379d90a81db9dc73c006ec5090c965a2a1274"},
+    "smollm2-135m--qwen2.5-coder-1.5b": {"adapter_model.safetensors": "6fde78b673f32d8a8a92082f9b1cb390f2af244fb736617ba2f2c15780e21879", "head.safetensors": "a893f4b9a454e40a397f50b89d072e5541ec6c615c493b44f7511508b01c2dd3"},
 }
 
 

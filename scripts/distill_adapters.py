@@ -4,7 +4,7 @@ report stay there), then the published version written in bf16 beside its meta (
 report: corpus, held-out verdict, CPU seconds) and its sha256 pins written into adapters/shipped.py.
 A version the guard rejected is never written.
 
-  python scripts/distill_adapters.py --targets qwen2.5-coder-1.5b --code 40 --chat 140 --home /tmp/distill-home
+  python scripts/distill_adapters.py --targets qwen2.5-coder-1.5b --code 80 --chat 260 --home /tmp/distill-home
   python scripts/distill_adapters.py --targets qwen2.5-coder-0.5b --home /tmp/distill-home
 """
 
