@@ -29,7 +29,7 @@ from omnidraft.decode.text import chat_preamble, drained, encode_prompt
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
-from omnidraft.pairs.routing import Route, choose, forecast, warm
+from omnidraft.pairs.routing import Route, choose, forecast, observe, warm
 from omnidraft.pairs.runtime_choice import INEXACT, resolve
 from omnidraft.pairs.runtime_choice import load as load_choice
 from omnidraft.pairs.settings import Runtime, TargetRef
@@ -283,8 +283,8 @@ class Session:
                     result = yield from self._engine_alone(target_ids, budget)
                 else:
                     result = yield from self._pair_generation(prompt, target_ids, budget, chat)
-                if routed:  # its prompt read teaches the route's prefill price (kept with its cost model)
-                    route.draft_length.model.observe_prefill(ahead["prompt_ids_read"], result.metrics["prefill_s"])
+                if routed:  # its prompt read and decoding teach the route's prices (kept with its cost model)
+                    observe(route, ahead, result.metrics)
                     self.save_cost()
                     result.metrics.update(predicted_ms=routed, forecast={k: round(v, 3) for k, v in ahead.items()})
             result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)

@@ -79,8 +79,8 @@ def forecast_lines(forecasts: dict[str, list[dict]]) -> list[str]:
         rows.append([name] + [f"{t[k][0]} / {t[k][1]}" for k in ("prefill_ms", "decode_tokens_per_s", "ms")]
                     + [f"{t['generation_time_error']:+.0%}"])
     return ["The product's routing predictions against what its generations took on the runtime each chose (sums "
-            "over the set; decoding is predicted from drafts alone, so copies from the context show as faster "
-            "than predicted):", "",
+            "over the set; decoding is predicted from drafts, scaled by what the route's earlier generations took "
+            "against that prediction, copies included):", "",
             *benchio.table(["set", "prefill ms predicted / measured", "decode tokens/s predicted / measured",
                             "generation ms predicted / measured", "generation time error"], rows)]
 

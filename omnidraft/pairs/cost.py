@@ -41,6 +41,8 @@ MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alon
 REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
 ROUND_WEIGHT = 0.05  # a round's weight in the running estimate of what rounds cost beyond the model
 PREFILL_WEIGHT = 0.2  # a prompt read's weight in the running estimate of prefill / its timed price
+DECODE_WEIGHT = 0.2  # a generation's weight in the running estimate of decoding time / its prediction
+DECODE_MIN_TOKENS = 8  # a generation shorter than this says too little about decoding to be folded in
 
 
 def cpu_info() -> dict:
@@ -97,7 +99,9 @@ class CostModel:
     drafter's rollback, a machine slower than when it was timed), for rounds that drafted and
     for rounds that did not (the target alone, copies); and how a prompt read compares with its
     price from the timed calls (``observe_prefill``: a long prompt is read in calls wider than the
-    widest timed, or on a busier machine)."""
+    widest timed, or on a busier machine); and how a generation's decoding compares with its
+    prediction from drafts (``observe_decode``: copies from the context, which only the work itself
+    supplies)."""
 
     verify_ms: dict[int, float]
     drafter_ms: float
@@ -106,6 +110,7 @@ class CostModel:
     drafted_extra_ms: float = 0.0
     plain_extra_ms: float = 0.0
     prefill_scale: float = 1.0
+    decode_scale: float = 1.0
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
@@ -177,6 +182,15 @@ class CostModel:
         ratio = min(max(seconds * 1e3 / self.timed_prefill_ms(n), 0.25), 4.0)
         self.prefill_scale = (1 - PREFILL_WEIGHT) * self.prefill_scale + PREFILL_WEIGHT * ratio
 
+    def observe_decode(self, predicted_tokens_per_s: float, tokens: int, seconds: float) -> None:
+        """Fold a generation that decoded ``tokens`` in ``seconds`` where ``predicted_tokens_per_s``
+        (from drafts alone) was predicted into ``decode_scale``, its time against the prediction (each
+        ratio bounded to [1/4, 4]; generations under DECODE_MIN_TOKENS tokens are left out)."""
+        if tokens < DECODE_MIN_TOKENS or predicted_tokens_per_s <= 0:
+            return
+        ratio = min(max(seconds * predicted_tokens_per_s / tokens, 0.25), 4.0)
+        self.decode_scale = (1 - DECODE_WEIGHT) * self.decode_scale + DECODE_WEIGHT * ratio
+
     def copy_lengths(self, available: int) -> list[int]:
         """Copy lengths up to ``available`` whose verify width (n + 1) was measured: an
         interpolated width could cost the next step's price (see WIDTHS)."""
@@ -234,7 +248,8 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
                       catchup_ms=float(m.get("catchup_ms", 0.0)),
                       drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)),
                       plain_extra_ms=float(m.get("plain_extra_ms", 0.0)),
-                      prefill_scale=float(m.get("prefill_scale", 1.0)))
+                      prefill_scale=float(m.get("prefill_scale", 1.0)),
+                      decode_scale=float(m.get("decode_scale", 1.0)))
     return model, data.get("reached", []), data.get("accepted", [])
 
 

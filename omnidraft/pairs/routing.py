@@ -9,7 +9,9 @@ Each generation runs where it is predicted to end first: the prompt ids the runt
 not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed,
 scaled by what its prompt reads have measured),
 plus the token budget at the decoding speed its cost model predicts (pairs/cost.py, with the
-round costs it has learnt). Ties go to the bit-exact program. Every runtime's cache starts holding
+round costs it has learnt), scaled by what the route's earlier generations took against that
+prediction: copies from the context come only from the work itself, so how much they have
+sped a route's generations is learnt from them (``observe``). Ties go to the bit-exact program. Every runtime's cache starts holding
 the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for
 the system prompt the other already holds, and never be chosen for chat.
 
@@ -46,11 +48,22 @@ def warm(routes: list[Route], preamble: list[int]) -> None:
 def forecast(route: Route, prompt_ids: list[int]) -> dict[str, float]:
     """What ``route`` is predicted to take for a prompt now: ``prefill_ms`` for the
     ``prompt_ids_read`` its cache lacks (pairs/cost.py ``prefill_ms``), then ``tokens_per_s``
-    decoding (drafts only: copies the context supplies come on top)."""
+    decoding: ``drafts_tokens_per_s`` (what its cost model predicts from drafts) over the
+    ``decode_scale`` its generations have measured."""
     dl = route.draft_length
     uncached = len(prompt_ids) - min(common_prefix(route.target.model.tokens, prompt_ids), len(prompt_ids) - 1)
-    return {"prefill_ms": dl.model.prefill_ms(uncached), "tokens_per_s": max(dl.predicted, 1e-9),
-            "prompt_ids_read": uncached}
+    drafts = max(dl.predicted, 1e-9)
+    return {"prefill_ms": dl.model.prefill_ms(uncached), "tokens_per_s": drafts / dl.model.decode_scale,
+            "drafts_tokens_per_s": drafts, "prompt_ids_read": uncached}
+
+
+def observe(route: Route, ahead: dict[str, float], metrics: dict) -> None:
+    """Teach ``route``'s cost model what the generation ``ahead`` (its forecast) forecast took
+    (``metrics``: prefill_s, wall_s, new_tokens): its prompt read the prefill price, its decoding
+    the decode scale."""
+    model = route.draft_length.model
+    model.observe_prefill(ahead["prompt_ids_read"], metrics["prefill_s"])
+    model.observe_decode(ahead["drafts_tokens_per_s"], metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"])
 
 
 def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:

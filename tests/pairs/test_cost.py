@@ -65,6 +65,21 @@ def test_prompt_reads_teach_the_prefill_price():
     assert m.prefill_scale == stalled
 
 
+def test_generations_teach_how_their_decoding_compares_with_the_prediction():
+    """Decoding measured twice as fast as its drafts predicted (copies) halves the scale step by
+    step; a stall is bounded, and a generation too short to say anything is left out."""
+    m = CostModel({1: 10.0, 8: 16.0}, drafter_ms=1.0)
+    for _ in range(60):  # 64 tokens predicted at 50 tokens/s, decoded in 0.64 s: 0.5 of the prediction
+        m.observe_decode(50.0, 64, 0.64)
+    assert m.decode_scale == pytest.approx(0.5, abs=1e-3)
+    before = m.decode_scale
+    m.observe_decode(50.0, 64, 600.0)  # a ten-minute stall: read as 4x, weighed 0.2
+    assert m.decode_scale == pytest.approx(0.8 * before + 0.2 * 4.0)
+    stalled = m.decode_scale
+    m.observe_decode(50.0, 3, 0.001)  # three tokens: left out
+    assert m.decode_scale == stalled
+
+
 def test_verify_time_between_and_past_measured_widths():
     m = CostModel({1: 10.0, 4: 16.0, 8: 24.0}, drafter_ms=0.0)
     assert m.v(2) == pytest.approx(12.0) and m.v(6) == pytest.approx(20.0)

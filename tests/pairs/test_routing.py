@@ -3,6 +3,7 @@ predicted to end first, counting the prompt ids its cache lacks at its wide-call
 Session routing generations between two runtimes keeps each one's output the target's own."""
 
 import copy
+import json
 
 import pytest
 
@@ -10,7 +11,7 @@ from omnidraft.decode.draft_length import CostModelK
 from omnidraft.decode.generate import generate_ar
 from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
-from omnidraft.pairs.routing import Route, choose, forecast, warm
+from omnidraft.pairs.routing import Route, choose, forecast, observe, warm
 from omnidraft.pairs.settings import Runtime
 
 from ..conftest import save_tiny, tiny, vocab_len
@@ -86,6 +87,22 @@ def test_learnt_round_costs_move_the_choice():
     assert choose([program, llama], prompt, 64)[0] is program
 
 
+def test_a_route_whose_generations_beat_their_drafts_prediction_wins_a_near_tie():
+    """Copies from the context are known only once they happen: a route whose earlier generations
+    decoded faster than its drafts predicted is forecast at what it measured, and takes the next
+    prompt it would have lost on drafts alone."""
+    program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
+    prompt = list(range(20))
+    assert choose([program, llama], prompt, 64)[0] is llama
+    f = forecast(program, prompt)
+    assert f["tokens_per_s"] == f["drafts_tokens_per_s"] == program.draft_length.predicted
+    for _ in range(10):  # the program's generations decoded in 0.6 of their predicted time (copies)
+        observe(program, forecast(program, prompt), {"prefill_s": 0.5, "wall_s": 0.5 + 0.6 * 64 / f["tokens_per_s"],
+                                                      "new_tokens": 64})
+    assert forecast(program, prompt)["tokens_per_s"] == pytest.approx(f["tokens_per_s"] / 0.6, rel=0.1)
+    assert choose([program, llama], prompt, 64)[0] is program
+
+
 def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, monkeypatch, smollm_tok, qwen_tok):
     from omnidraft import Session
 
@@ -108,5 +125,8 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
                                                                      abs=0.2)
         assert got.token_ids == generate_ar(ref, s.target_tok, prompt, max_new_tokens=16).token_ids
     assert (tmp_path / "l.json").is_file() and (tmp_path / "p.json").is_file()  # each runtime's costs kept
-    assert all(r.draft_length.model.prefill_scale != 1.0 for r in s.routes)  # each learnt from its prompt reads
+    for r in s.routes:  # each learnt from its prompt reads and decoding, and kept them
+        m = r.draft_length.model
+        assert m.prefill_scale != 1.0 and m.decode_scale != 1.0
+        assert json.loads(r.cost_path.read_text())["model"]["decode_scale"] == pytest.approx(m.decode_scale)
     s.close()
