@@ -5,8 +5,9 @@ the drafter unadapted (each a Session on the same runtimes, the cost model choos
 the target alone on the same runtime, llama.cpp alone on the target's GGUF and transformers'
 assisted generation at its best setting. Before the timed runs, each pair drafts a fixed k on
 the same prompts (untimed): the acceptance per draft position each adapter gets, which also
-calibrates each session's cost model on its own adapter. Every pair output is checked against
-the target alone's (lossless).
+calibrates each session's cost model on its own adapter. With --gamma, the first version again
+with its acceptance head deciding each draft's length (stop once the predicted chance of a
+rejection passes gamma). Every pair output is checked against the target alone's (lossless).
 
   omnidraft distill --target qwen2.5-coder-1.5b && python scripts/bench_distill.py --target qwen2.5-coder-1.5b
 Writes bench/results/distill-<stamp>.{json,md}.
@@ -32,6 +33,8 @@ def main() -> int:
     ap = benchsetup.parser(__doc__, k=False, max_new_tokens=64, target="qwen2.5-coder-1.5b")
     ap.add_argument("--version", nargs="+", default=None, help="the distilled adapter versions, each a row "
                     "(default: the pair's latest; the first named is the one the ratio columns compare)")
+    ap.add_argument("--gamma", type=float, nargs="+", default=[], help="rows with the first version's acceptance "
+                    "head deciding each draft's length at these thresholds")
     ap.add_argument("--code", type=int, default=6)
     ap.add_argument("--chat", type=int, default=6)
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
@@ -42,7 +45,7 @@ def main() -> int:
     log = benchsetup.logger("distill")
 
     from baselines import BEST, assisted_name, baselines
-    from omnidraft import Runtime, Session
+    from omnidraft import Runtime, Session, SpecConfig
     from omnidraft.decode.generate import generate_ar
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.lm import same_start
@@ -58,6 +61,9 @@ def main() -> int:
     distilled, zero = f"pair, distilled ({version})", "pair, zero adapter"
     sessions = {f"pair, distilled ({v})": Session(args.drafter, args.target, adapter=v, runtime=runtime, log=False)
                 for v in versions}
+    for g in args.gamma:
+        sessions[f"{distilled}, head gamma {g}"] = Session(args.drafter, args.target, adapter=version,
+                                                           spec=SpecConfig(gamma=g), runtime=runtime, log=False)
     sessions[zero] = Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)
     first = sessions[distilled]
     alone_row = f"target alone ({first.target_runtime})"
@@ -113,7 +119,8 @@ def main() -> int:
     cpu = cpu_info()
     cpu_line = benchio.cpu_line(cpu, args.threads)
     header = ["set"] + rows + [f"{version} / zero adapter", f"{version} / target alone", f"{version} / llama.cpp alone",
-                               f"tokens per target forward ({', '.join(versions)}, zero)", "forwards ratio"]
+                               f"tokens per target forward ({'; '.join(r.removeprefix('pair, ') for r in sessions)})",
+                               "forwards ratio"]
     table = []
     for set_name in sets:
         t = tally[set_name]
