@@ -10,9 +10,9 @@ not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest
 scaled by what its prompt reads have measured),
 plus the token budget at the decoding speed its cost model predicts (pairs/cost.py, with the
 round costs it has learnt), scaled by what the route's earlier generations took against that
-prediction: copies from the context come only from the work itself, so how much they have
-sped a route's generations is learnt from them (``observe``). Ties go to the bit-exact program. Every runtime's cache starts holding
-the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for
+prediction: copies from the context come only from the work itself, so how much they have sped
+a route's generations is learnt from them (``observe``). Ties go to the bit-exact program.
+Every runtime's cache starts holding the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for
 the system prompt the other already holds, and never be chosen for chat.
 
 Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
@@ -58,9 +58,9 @@ def forecast(route: Route, prompt_ids: list[int]) -> dict[str, float]:
 
 
 def observe(route: Route, ahead: dict[str, float], metrics: dict) -> None:
-    """Teach ``route``'s cost model what the generation ``ahead`` (its forecast) forecast took
-    (``metrics``: prefill_s, wall_s, new_tokens): its prompt read the prefill price, its decoding
-    the decode scale."""
+    """Teach ``route``'s cost model from a generation it ran: ``ahead`` is the forecast made before
+    it, ``metrics`` what it took (prefill_s, wall_s, new_tokens); its prompt read moves the prefill
+    price, its decoding the decode scale."""
     model = route.draft_length.model
     model.observe_prefill(ahead["prompt_ids_read"], metrics["prefill_s"])
     model.observe_decode(ahead["drafts_tokens_per_s"], metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"])
