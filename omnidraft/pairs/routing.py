@@ -7,13 +7,13 @@ prompt's prefill, and the copies a long context supplies, go far faster on the p
 
 Each generation runs where it is predicted to end first: the prompt ids the runtime's cache does
 not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed,
-scaled by what its prompt reads have measured),
-plus the token budget at the decoding speed its cost model predicts (pairs/cost.py, with the
-round costs it has learnt), scaled by what the route's earlier generations took against that
-prediction: copies from the context come only from the work itself, so how much they have sped
-a route's generations is learnt from them (``observe``). Ties go to the bit-exact program.
-Every runtime's cache starts holding the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for
-the system prompt the other already holds, and never be chosen for chat.
+scaled by what its prompt reads have measured), plus the token budget at the decoding speed its
+cost model predicts (pairs/cost.py, with the round costs it has learnt), scaled by what the
+route's earlier generations took against that prediction: copies from the context come only
+from the work itself, so how much they have sped a route's generations is learnt from them
+(``observe``). Ties go to the bit-exact program. Every runtime's cache starts holding the chat
+template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for the
+system prompt the other already holds, and never be chosen for chat.
 
 Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
 """
