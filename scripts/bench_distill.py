@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--target-runtime", default="executorch", help="the target's runtime for every pair row")
     ap.add_argument("--no-transformers", action="store_true", help="skip transformers' assisted generation")
     args = ap.parse_args()
+    if any(not 0.0 < g < 1.0 for g in args.gamma):
+        ap.error(f"--gamma must be in (0, 1), got {' '.join(map(str, args.gamma))}")
     benchsetup.start(args.threads)
     log = benchsetup.logger("distill")
 
