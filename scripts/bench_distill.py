@@ -171,10 +171,11 @@ def distill_lines(meta: dict) -> list[str]:
     """What the distillation behind the adapter cost and bought (its report, kept as the adapter's meta)."""
     if not meta.get("distilled"):
         return []
-    cpu_h = (meta.get("records", {}).get("seconds", 0) + meta.get("train_seconds", 0)) / 3600
+    wall_h = (meta.get("records", {}).get("seconds", 0) + meta.get("train_seconds", 0)) / 3600
     curve = ", ".join(f"{x}: {a:.3f}" for x, a in meta.get("curve", []))
-    return [f"Distillation of {meta['version']}: {meta['corpus_records']} corpus records ({meta['corpus_target_positions']} target "
-            f"positions), {meta['updates']} record-steps, records + training {cpu_h:.2f} wall-hours; held-out "
+    return [f"Distillation of {meta['version']}: {meta['corpus_records']} corpus records "
+            f"({meta['corpus_target_positions']} target positions), {meta['updates']} record-steps, records + "
+            f"training {wall_h:.2f} wall-hours; held-out "
             f"teacher-forced acceptance {meta['acceptance_before']} -> {meta['acceptance_after']}"
             + (f"; learning curve (record-steps: acceptance) {curve}" if curve else "") + "."]
 

@@ -1,7 +1,8 @@
 """Build the pre-adapted adapters the package ships (adapters/pretrained/<pair>/, #54): for each
-target, `omnidraft distill` (the defaults, or --code / --chat) on a scratch home (the records, checkpoint and
-report stay there), then the published version written in bf16 beside its meta (the distill
-report: corpus, held-out verdict, CPU seconds) and its sha256 pins written into adapters/shipped.py.
+target, `omnidraft distill` (the defaults, or --code / --chat) on a scratch home (the records,
+checkpoint and report stay there), then the published version written in bf16 beside its meta
+(the distill report: corpus, held-out verdict, CPU seconds) and its sha256 pins written into
+adapters/shipped.py.
 A version the guard rejected is never written.
 
   python scripts/distill_adapters.py --targets qwen2.5-coder-1.5b --code 80 --chat 260 --home /tmp/distill-home
@@ -53,7 +54,8 @@ def main() -> int:
     pins = dict(shipped.PINS)
     sizes = {k: v for k, v in (("code", args.code), ("chat", args.chat)) if v is not None}
     for target in args.targets:
-        report = distill(target, args.drafter, DistillConfig(**sizes), say=lambda s: print(s, file=sys.stderr, flush=True))
+        report = distill(target, args.drafter, DistillConfig(**sizes),
+                         say=lambda s: print(s, file=sys.stderr, flush=True))
         if not report.get("version"):
             print(f"{report['pair']}: the guard rejected the distilled adapter; nothing written", file=sys.stderr)
             continue
