@@ -217,6 +217,12 @@ class Session:
         return self._pair is not None and self._pair.has_head
 
     @property
+    def head(self):
+        """The running version's AcceptanceHead for an eager drafter (None: none, or a program,
+        which scores with the head in its .ptd)."""
+        return None if self._pair is None else self._pair.head
+
+    @property
     def base(self):
         """The eager drafter as loaded, before any adapter (None for a program or no drafter)."""
         return None if self._pair is None else self._pair.base
@@ -299,11 +305,18 @@ class Session:
         log = self.log  # as it is now: unlogged() elsewhere does not change this generation
         adaptive = self.spec_cfg.gamma is not None and self.has_head  # the head decides each draft's length
         cfg = self.spec_cfg if adaptive else replace(self.spec_cfg, gamma=None)
+        k = FixedK(K_MAX) if adaptive else self.draft_length
+        dl = self.draft_length
+        priced = self.spec_cfg.priced and self.has_head and isinstance(dl, CostModelK) and dl.pinned is None
+        if priced:  # the cost model says whether to draft; the head, priced by it, how far
+            cfg = replace(cfg, stop_below=tuple(dl.model.stop_below(dl.rates(), dl.predicted, dl.k_max)))
+        else:
+            cfg = replace(cfg, priced=False, stop_below=None)
         try:
             result = yield from stream_speculative(
-                self.drafter, self.target, self.pair, prompt, cfg=cfg, k=FixedK(K_MAX) if adaptive else self.draft_length,
+                self.drafter, self.target, self.pair, prompt, cfg=cfg, k=dl.reaching() if priced else k,
                 max_new_tokens=budget, chat=chat, record_topk=RECORD_TOPK if log is not None else 0,
-                head=self._pair.head, lookup=self.lookup, earlier=self.turns)
+                head=self.head, lookup=self.lookup, earlier=self.turns)
         finally:  # learnt n-grams and acceptance survive a generation closed early or interrupted
             self.pair.save()
             self.save_cost()

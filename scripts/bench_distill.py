@@ -7,7 +7,8 @@ assisted generation at its best setting. Before the timed runs, each pair drafts
 the same prompts (untimed): the acceptance per draft position each adapter gets, which also
 calibrates each session's cost model on its own adapter. With --gamma, the first version again
 with its acceptance head deciding each draft's length (stop once the predicted chance of a
-rejection passes gamma). Every pair output is checked against the target alone's (lossless).
+rejection passes gamma); with --priced, with the head ending each draft where the cost model
+prices drafting on below its cost. Every pair output is checked against the target alone's (lossless).
 
   omnidraft distill --target qwen2.5-coder-1.5b && python scripts/bench_distill.py --target qwen2.5-coder-1.5b
 Writes bench/results/distill-<stamp>.{json,md}.
@@ -35,6 +36,8 @@ def main() -> int:
                     "(default: the pair's latest; the first named is the one the ratio columns compare)")
     ap.add_argument("--gamma", type=float, nargs="+", default=[], help="rows with the first version's acceptance "
                     "head deciding each draft's length at these thresholds")
+    ap.add_argument("--priced", action="store_true", help="a row with the first version's acceptance head "
+                    "ending each draft where the cost model prices drafting on below its cost")
     ap.add_argument("--code", type=int, default=6)
     ap.add_argument("--chat", type=int, default=6)
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
@@ -66,6 +69,9 @@ def main() -> int:
     for g in args.gamma:
         sessions[f"{distilled}, head gamma {g}"] = Session(args.drafter, args.target, adapter=version,
                                                            spec=SpecConfig(gamma=g), runtime=runtime, log=False)
+    if args.priced:
+        sessions[f"{distilled}, head priced"] = Session(args.drafter, args.target, adapter=version,
+                                                        spec=SpecConfig(priced=True), runtime=runtime, log=False)
     sessions[zero] = Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)
     first = sessions[distilled]
     alone_row = f"target alone ({first.target_runtime})"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def main() -> int:
     ap.add_argument("--contexts", default="100,400", help="cached tokens before the timed one-token calls")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--adapter", default=None, help="a published adapter version folder every program "
+                    "runs with (default: each program's zero adapter)")
     args = ap.parse_args()
     benchsetup.start(args.threads)
     log = benchsetup.logger("drafter")
@@ -49,11 +52,15 @@ def main() -> int:
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.propose.config import SpecConfig
     from omnidraft.errors import OmniDraftError
+    from omnidraft.export.adapter_data import export_adapter
     from omnidraft.translate.state import PairState
 
     names = args.programs  # as given: two folders may share a name
     try:
         drafters = [ExecuTorchLM(Path(p), name=args.drafter) for p in args.programs]
+        if args.adapter:
+            for d in drafters:
+                d.load_adapter(export_adapter(Path(args.adapter), d.info, Path(tempfile.mkdtemp()) / "adapter.ptd"))
     except OmniDraftError as err:
         print(f"bench_drafter: {err}", file=sys.stderr)
         return 2
@@ -87,12 +94,13 @@ def main() -> int:
         base = next(x for x in rows if x["set"] == r["set"] and x["program"] == ref_name)
         r["forward_vs_reference"] = round(r["tokens_per_target_forward"] / base["tokens_per_target_forward"], 3)
     report = benchio.stamp_report(cpu=cpu_info(), k=args.k, target=args.target, target_quant=args.quant,
+                                  adapter=args.adapter,
                                   programs=args.programs, ms_per_token=ms, rows=rows)
     cpu = report["cpu"]
     ctxs = list(next(iter(ms.values())))
     md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
           f"Drafter {args.drafter} programs; target {args.target} (ExecuTorch {args.quant}); greedy, "
-          f"{args.max_new_tokens} new tokens, k = {args.k}.", "",
+          f"{args.max_new_tokens} new tokens, k = {args.k}; adapter {args.adapter or 'zero'}.", "",
           "ms per drafted token (one-token call after a prefill of that many tokens; median of "
           f"{args.calls} calls, best of {args.reps} interleaved rounds):", ""]
     md += benchio.table(["program", *[f"{c} cached" for c in ctxs], f"vs {ref_name}"],

@@ -265,6 +265,10 @@ class CostModelK:
         if reached and reached[0] > self.memory:
             self.lookup_counts[match] = ([n / 2 for n in reached], [a / 2 for a in acc])
 
+    def reaching(self) -> "Reaching":
+        """This model with each drafting round allowed ``k_max`` drafts (a stopping rule ends them)."""
+        return Reaching(self)
+
     def state(self) -> dict:
         """What the model currently reads: its k, predicted tokens/s and acceptance per position."""
         best = self.best_positive()
@@ -276,3 +280,20 @@ class CostModelK:
                 "extra_ms": {"drafted": round(self.model.drafted_extra_ms, 2),
                              "plain": round(self.model.plain_extra_ms, 2)},
                 "lookup_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m)] for m in sorted(self.lookup_counts)}}
+
+
+class Reaching:
+    """A CostModelK whose drafting rounds ask for its ``k_max`` drafts: the model still decides
+    whether a round drafts at all (0: the target alone, or a copy) and learns from every round;
+    the proposer's stopping rule (the acceptance head against the model's prices,
+    ``CostModel.stop_below``) decides where each draft ends. Everything else is the model's."""
+
+    def __init__(self, model: CostModelK):
+        self.inner = model
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def next_k(self, unread: int = 0, remaining: int | None = None) -> int:
+        k = self.inner.next_k(unread, remaining)
+        return self.inner.k_max if k and self.inner.pinned is None else k

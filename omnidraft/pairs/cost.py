@@ -200,6 +200,31 @@ class CostModel:
         """A round verifying ``n`` ids copied from the context: no drafter, no translation."""
         return 1e3 * self.expected_tokens(accept, n) / (self.v(n + 1) + self.plain_extra_ms)
 
+    def stop_below(self, accept: list[float], rate: float, k_max: int = 8) -> list[float]:
+        """Per draft position n = 1..k_max - 1, the chance that all n drafts so far are accepted
+        below which drafting on no longer pays (an acceptance head's running product P is compared
+        with it; after k_max the draft ends anyway). Drafting on to m > n adds c_n * S(n, m) expected
+        tokens (c_n: that chance; S: the expected run past n at the per-position rates ``accept``)
+        and costs ΔT(n, m) ms (m - n drafter forwards and the wider verify call, never less than the
+        narrower's); at the long-run
+        ``rate`` (tokens/s) it pays when c_n * S > rate * ΔT / 1000, so the threshold is the least
+        rate * ΔT / (1000 * S) over m (no m pays: 1, stop)."""
+        def a(i: int) -> float:  # 0-based position i's rate (past the measured: the last one)
+            return accept[min(i, len(accept) - 1)] if accept else 0.0
+
+        out = []
+        for n in range(1, k_max):
+            best, run, gain = 1.0, 1.0, 0.0
+            for m in range(n + 1, k_max + 1):
+                run *= a(m - 1)
+                gain += run
+                # a wider call never costs less (measured widths can dip: noise, or a kernel's tile)
+                extra = (m - n) * self.drafter_ms + max(0.0, self.v(m + 1) - self.v(n + 1))
+                if gain > 0:
+                    best = min(best, rate * extra / (1e3 * gain))
+            out.append(best)
+        return out
+
     def choose(self, accept: list[float], k_max: int = 8, margin: float = MARGIN) -> tuple[int, float]:
         """(the best k in 0..k_max, its predicted tokens/s); 0 = plain decoding wins, also when
         the best k is predicted less than ``margin`` times faster than it."""

@@ -20,14 +20,24 @@ class SpecConfig:
     confidence: float | None = None  # stop a draft after a token the drafter gives p < this
     gamma: float | None = None  # adaptive drafting: stop once the acceptance head's 1 - prod P > gamma
     min_k: int = 1  # fewest drafter tokens per round under adaptive drafting (the round's k caps it)
+    # adaptive drafting priced by the pair's cost model: a Session sets stop_below from what a longer
+    # draft is predicted to commit against what it costs (pairs/cost.py stop_below)
+    priced: bool = False
+    # the head's prod P below which a draft stops, per position n = 1, 2, ... (the last holds past them)
+    stop_below: tuple[float, ...] | None = None
 
     def __post_init__(self):
         if self.confidence is not None and not 0.0 < self.confidence < 1.0:
             raise OmniDraftError(f"confidence must be in (0, 1), got {self.confidence}")
         if self.gamma is not None and not 0.0 < self.gamma < 1.0:
             raise OmniDraftError(f"gamma must be in (0, 1), got {self.gamma}")
-        if self.gamma is not None and self.confidence is not None:
-            raise OmniDraftError("choose one stopping rule: confidence or gamma (acceptance head)")
+        rules = [n for n, on in (("confidence", self.confidence is not None), ("gamma", self.gamma is not None),
+                                 ("priced", self.priced), ("stop_below", self.stop_below is not None)) if on]
+        if len(rules) > 1 and set(rules) != {"priced", "stop_below"}:
+            raise OmniDraftError(f"choose one stopping rule, got {' and '.join(rules)}",
+                                 "confidence (the drafter's), gamma or priced (the acceptance head's)")
+        if self.stop_below is not None and (not self.stop_below or not all(0.0 <= t <= 1.0 for t in self.stop_below)):
+            raise OmniDraftError(f"stop_below must be chances in [0, 1], got {self.stop_below}")
         if self.min_k < 1:
             raise OmniDraftError(f"min_k must be >= 1, got {self.min_k}")
         get(self.strategy)  # an unknown name is an error naming the choices

@@ -24,17 +24,25 @@ class StopSettings(Protocol):
     min_k: int
     confidence: float | None
     gamma: float | None
+    stop_below: tuple[float, ...] | None
 
 
 class StopRule:
-    """Adaptive stopping over one draft: after each token with predicted acceptance P_i, stop
-    once 1 - prod_i P_i > gamma (never before min_k tokens; the round's k ends the draft anyway)."""
+    """Adaptive stopping over one draft: after the n-th token, with the acceptance head's
+    predicted chances P_1..P_n, stop once prod_i P_i < ``below[n - 1]`` (never before ``min_k``
+    tokens; past the thresholds given the last one holds; the round's k ends the draft anyway). A
+    constant threshold 1 - gamma is SpecDec++'s rule (stop once 1 - prod P > gamma); a cost model prices
+    one per position (pairs/cost.py ``stop_below``)."""
 
     uses_head = True
 
-    def __init__(self, gamma: float, min_k: int):
-        self.gamma, self.min_k = gamma, min_k
+    def __init__(self, below: tuple[float, ...] | list[float], min_k: int):
+        self.below, self.min_k = tuple(below), min_k
         self.reset()
+
+    @classmethod
+    def gamma(cls, gamma: float, min_k: int) -> "StopRule":
+        return cls((1.0 - gamma,), min_k)
 
     def reset(self) -> None:
         self.prod, self.n = 1.0, 0
@@ -43,7 +51,9 @@ class StopRule:
         """Count one drafted token; True if drafting should stop after it."""
         self.prod *= p_accept
         self.n += 1
-        return self.n >= self.min_k and 1.0 - self.prod > self.gamma
+        if self.n < self.min_k:
+            return False
+        return self.prod < self.below[min(self.n, len(self.below)) - 1]
 
 
 class Confidence:
@@ -91,14 +101,16 @@ class Drafter:
 
     def stop_rule(self, cfg: StopSettings) -> StopRule | Confidence | None:
         """A stopping rule for ``cfg`` (None: always draft the round's k); reset it for each draft."""
-        if cfg.gamma is not None:
+        if cfg.gamma is not None or cfg.stop_below is not None:
             if self.model.scores_accept and (not self.sampling.greedy or self.mask is not None):
                 raise OmniDraftError("the exported drafter scores acceptance for its greedy token only",
                                      "use greedy omnidraft drafting, or the eager drafter runtime")
             if self.head is None and not self.model.scores_accept:
                 raise OmniDraftError("adaptive drafting (gamma) needs an acceptance head",
                                      "pair the drafter and train one, or drop gamma")
-            return StopRule(cfg.gamma, cfg.min_k)
+            if cfg.stop_below is not None:
+                return StopRule(cfg.stop_below, cfg.min_k)
+            return StopRule.gamma(cfg.gamma, cfg.min_k)
         if cfg.confidence is not None:
             return Confidence(cfg.confidence)
         return None

@@ -45,6 +45,7 @@ class TranslatingProposer:
         drafts: list[int] = []
         untranslatable: list[int] = []  # the draft token that ended drafting, if one did
         qrows: list[torch.Tensor] = []  # [Vd] each, when sampling
+        accept_p: list[float] = []  # the head's P(accept) per draft, when a head rule runs
         if rule is not None:
             rule.reset()
         for i in range(k):
@@ -55,7 +56,9 @@ class TranslatingProposer:
             if not self.translator.viable(drafts, ctx=ctx, history=state.committed):
                 untranslatable.append(drafts.pop())
                 break
-            if rule is not None and rule.update(self.drafter.accept_prob(out, d) if use_head else conf):
+            if use_head:
+                accept_p.append(self.drafter.accept_prob(out, d))
+            if rule is not None and rule.update(accept_p[-1] if use_head else conf):
                 break
             if i < k - 1:
                 out = lm.extend([d], hidden=use_head)
@@ -67,7 +70,7 @@ class TranslatingProposer:
             q_draft = torch.stack(qrows[: prop.consumed]) if prop.consumed else torch.zeros(0, 0)
             q_target = self.translator.proposal_dists(prop, drafts, q_draft)
         return replace(prop, drafts=drafts + untranslatable, q=q_target, drafter_forwards=forwards,
-                       translate_s=time.perf_counter() - t0)
+                       accept_p=accept_p, translate_s=time.perf_counter() - t0)
 
     def unread(self, state: DraftState) -> int:
         return self.drafter.unread(state.ctx.ids)

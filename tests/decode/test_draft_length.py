@@ -22,6 +22,19 @@ def test_cheap_verification_and_good_acceptance_draft():
     assert dl.next_k() > 0 and dl.state()["predicted_tokens_per_s"] > dl.state()["target_alone_tokens_per_s"]
 
 
+def test_reaching_drafts_k_max_where_the_model_drafts_and_nothing_where_it_does_not():
+    """A priced draft may run to k_max (the head's rule ends it); the model still says whether to
+    draft, learns from every round, and a pinned k (pairing's measurement) stays exact."""
+    dl = CostModelK(CHEAP, reached=[100, 90], accepted=[90, 80], k_max=6)
+    assert 0 < dl.next_k() and dl.reaching().next_k() == 6
+    dl.reaching().observe(6, 2)
+    assert dl.reached[:3] == [101, 91, 1]
+    with dl.fixed(3):
+        assert dl.reaching().next_k() == 3
+    alone = CostModelK(LINEAR, reached=[100], accepted=[95])
+    assert alone.reaching().next_k() == 0
+
+
 def test_verification_that_does_not_batch_runs_the_target_alone():
     dl = CostModelK(LINEAR, reached=[100], accepted=[95])
     dl.start()

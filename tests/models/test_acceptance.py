@@ -12,9 +12,10 @@ from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.adapters import AdapterStore
 from omnidraft.errors import OmniDraftError
-from omnidraft.decode.draft_length import K_MAX, FixedK
+from omnidraft.decode.draft_length import K_MAX, CostModelK, FixedK
 from omnidraft.decode.generate import generate_ar, generate_speculative
 from omnidraft.decode.target import LocalTarget
+from omnidraft.pairs.cost import CostModel
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer, head_batch
 from omnidraft.train.records import Record
 from omnidraft.propose.config import SpecConfig
@@ -32,16 +33,26 @@ def setup(smollm_tok, qwen_tok):
 
 
 def test_stop_rule_on_literal_probabilities():
-    r = StopRule(gamma=0.5, min_k=1)
+    r = StopRule.gamma(0.5, min_k=1)
     assert [r.update(p) for p in (0.9, 0.8, 0.6)] == [False, False, True]  # 1-.9, 1-.72, 1-.432
     r.reset()
     assert r.update(0.4)  # 1 - 0.4 = 0.6 > 0.5 right away
-    r = StopRule(gamma=0.5, min_k=2)
+    r = StopRule.gamma(0.5, min_k=2)
     assert [r.update(p) for p in (0.1, 0.99)] == [False, True]  # min_k holds the first back
-    r = StopRule(gamma=0.9, min_k=1)
+    r = StopRule.gamma(0.9, min_k=1)
     assert [r.update(1.0) for _ in range(K_MAX)] == [False] * K_MAX  # no cap of its own: the round's k is it
-    r = StopRule(gamma=0.3, min_k=1)
+    r = StopRule.gamma(0.3, min_k=1)
     assert [r.update(p) for p in (0.8, 0.8)] == [False, True]  # 0.2 <= 0.3, then 0.36 > 0.3
+
+
+def test_stop_rule_with_a_threshold_per_position():
+    """A priced rule: each position has its own threshold, the last holding past them."""
+    r = StopRule((0.5, 0.3, 1.0), min_k=1)
+    assert [r.update(p) for p in (0.9, 0.5, 0.99)] == [False, False, True]  # .9>=.5, .45>=.3, then 1.0
+    r.reset()
+    assert [r.update(p) for p in (0.9, 0.3)] == [False, True]  # 0.27 < 0.3
+    r = StopRule((0.2,), min_k=1)
+    assert [r.update(p) for p in (0.9, 0.5, 0.5, 0.5)] == [False, False, False, True]  # .225, then .1125 < .2
 
 
 def test_the_rounds_k_ends_a_draft_the_stop_rule_would_go_on_with(setup):
@@ -65,6 +76,7 @@ def test_the_rounds_k_ends_a_draft_the_stop_rule_would_go_on_with(setup):
             state = DraftState(ctx, pair.target_tok.encode(prompt), needs_q=False, target_vocab=t.vocab_size)
             prop = proposer.propose(state, k)
             assert len(prop.drafts) == prop.drafter_forwards == k, (prompt, k, prop.drafts)
+            assert prop.accept_p == [1.0] * k  # what the head said of each draft (bench_head.py reads it)
 
 
 def test_weighted_bce_by_hand():
@@ -181,9 +193,19 @@ def test_adaptive_drafting_keeps_greedy_output(setup):
             res = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft", gamma=gamma),
                                        k=FixedK(8), max_new_tokens=40, head=head)
             assert res.token_ids == ref
+        # priced: the cost model decides whether a round drafts, its prices how far the head goes
+        model = CostModel({1: 10.0, 2: 10.5, 4: 11.0, 8: 14.0, 9: 14.5}, drafter_ms=1.0)
+        dl = CostModelK(model, reached=[100, 90], accepted=[90, 80])
+        cfg = SpecConfig("omnidraft", priced=True, stop_below=tuple(model.stop_below(dl.rates(), dl.predicted)))
+        priced = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=cfg, k=dl.reaching(), max_new_tokens=40,
+                                      head=head)
+        assert priced.token_ids == ref
     fixed = generate_speculative(d, LocalTarget(t), pair, prompt, cfg=SpecConfig("omnidraft"), k=FixedK(8),
                                  max_new_tokens=40).raw
     assert res.raw.proposed / res.raw.steps < fixed.proposed / fixed.steps  # the head cut drafts short
+    assert priced.raw.proposed / priced.raw.steps < fixed.proposed / fixed.steps
+    with pytest.raises(OmniDraftError, match="one stopping rule"):
+        SpecConfig("omnidraft", priced=True, gamma=0.5)
     with pytest.raises(OmniDraftError, match="acceptance head"):
         generate_speculative(d, LocalTarget(t), pair, "x", cfg=SpecConfig("omnidraft", gamma=0.5), k=FixedK(8),
                              max_new_tokens=4)

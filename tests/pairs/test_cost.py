@@ -140,3 +140,20 @@ def test_a_saved_model_without_every_width_is_measured_again_with_its_counts_kep
     dl, path, _ = cost.for_pair("p", None, None, "fp32")
     assert dl.model == timed and dl.reached == [10.0] and dl.accepted == [8.0]
     assert cost.load(path, {"cpu": "X"})[0] == timed  # kept for the next session
+
+
+def test_stop_thresholds_price_drafting_on_against_its_cost():
+    """After n drafts, drafting on pays when the chance all n are accepted times the tokens the
+    longer draft adds beats what its ms would commit at the long-run rate; a wider call that
+    jumps in cost (here width 5) ends drafts before it, and one measured cheaper than a narrower
+    one is not taken as cheaper."""
+    m = CostModel({1: 50.0, 2: 50.0, 3: 50.0, 4: 50.0, 5: 70.0, 6: 70.0}, drafter_ms=5.0)
+    below = m.stop_below([0.8], rate=30.0, k_max=5)
+    # n = 1, 2: one more draft adds 0.8 tokens per unit of c_n for 5 ms: 30 * 5 / (1e3 * 0.8)
+    # n = 3: the 4th draft needs width 5 (+20 ms): best over m = 4 (25 ms / 0.8) and m = 5 (30 ms / 1.44)
+    # n = 4: width 5 -> 6 costs nothing more: 5 ms / 0.8 again
+    assert below == pytest.approx([0.1875, 0.1875, 30 * 30 / (1e3 * 1.44), 0.1875])
+    richer = m.stop_below([0.8], rate=60.0, k_max=5)  # a faster long run asks more of each draft
+    assert all(r >= t for r, t in zip(richer, below))
+    dip = CostModel({1: 50.0, 2: 50.0, 3: 40.0, 4: 50.0}, drafter_ms=5.0)  # width 3 measured cheap
+    assert dip.stop_below([0.8], rate=30.0, k_max=3)[0] == pytest.approx(30 * 5 / 800)

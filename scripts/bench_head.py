@@ -1,0 +1,105 @@
+"""How well the acceptance head predicts what the target accepts (#54): a pair with a distilled
+adapter drafts k tokens every round on held-out code and chat prompts (greedy, the target on its
+program), the head scoring each draft token without stopping the draft; each round's verdict says
+which drafts the target kept. Per draft position (rounds whose earlier drafts were all kept): the
+head's mean P(accept) against the share kept; and a reliability table over every position (P in
+bins: share kept). A head whose P runs above the share kept is overconfident: a stopping rule on it
+(``SpecConfig(gamma=...)`` or ``priced=True``) drafts on where drafts will be rejected.
+
+  python scripts/bench_head.py --target qwen2.5-coder-1.5b --code 8 --chat 8
+Writes bench/results/head-<stamp>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BINS = (0.0, 0.5, 0.7, 0.85, 0.95, 1.0)
+
+
+def kept_drafts(rnd) -> int:
+    """Draft tokens the round's verdict kept whole: those before the draft the first rejected
+    target id came from (spans map target ids to draft indices in order), or all it consumed."""
+    spans, a = rnd.proposal.spans, rnd.verdict.accepted
+    return spans[a][0] if a < len(spans) else (spans[-1][1] if spans else 0)
+
+
+def main() -> int:
+    import benchio
+    import benchsetup
+
+    ap = benchsetup.parser(__doc__, k=False, max_new_tokens=64, target="qwen2.5-coder-1.5b")
+    ap.add_argument("--version", default=None, help="the adapter version (default: the pair's latest)")
+    ap.add_argument("--k", type=int, default=5, help="drafts per round")
+    ap.add_argument("--code", type=int, default=8)
+    ap.add_argument("--chat", type=int, default=8)
+    ap.add_argument("--target-runtime", default="executorch")
+    args = ap.parse_args()
+    if not 1 <= args.k <= 8:
+        ap.error(f"--k must be in 1..8, got {args.k}")
+    benchsetup.start(args.threads)
+    log = benchsetup.logger("head")
+
+    from omnidraft import Runtime, Session, SpecConfig
+    from omnidraft.decode.draft_length import FixedK
+    from omnidraft.decode.generate import generate_speculative
+    from omnidraft.pairs.cost import cpu_info
+
+    s = Session(args.drafter, args.target, adapter=args.version or "latest", runtime=Runtime(target=args.target_runtime),
+                log=False)
+    if not s.has_head:
+        print(f"bench_head: adapter {s.version} has no acceptance head", file=sys.stderr)
+        return 2
+    never = SpecConfig(stop_below=(0.0,))  # the head scores every draft; no draft stops early
+    sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
+            "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=10)]}
+    scored: dict[str, list[tuple[list[float], int]]] = {}
+    for name, prompts in sets.items():
+        rounds: list[tuple[list[float], int]] = []
+        for i, (prompt, chat) in enumerate(prompts):
+            log(f"{name} {i + 1}/{len(prompts)}")
+            s.new_conversation()
+            generate_speculative(s.drafter, s.target, s.pair, prompt, cfg=never, k=FixedK(args.k),
+                                 max_new_tokens=args.max_new_tokens, chat=chat, head=s.head,
+                                 on_round=lambda r: r.kind == "drafter" and r.proposal.accept_p and rounds.append(
+                                     (list(r.proposal.accept_p), kept_drafts(r))))
+        scored[name] = rounds
+
+    positions, reliability = [], []
+    for name, rounds in scored.items():
+        for i in range(args.k):
+            reached = [(p[i], kept > i) for p, kept in rounds if len(p) > i and kept >= i]
+            if reached:
+                positions.append({"set": name, "position": i + 1, "rounds": len(reached),
+                                  "mean_p": round(sum(p for p, _ in reached) / len(reached), 3),
+                                  "kept": round(sum(k for _, k in reached) / len(reached), 3)})
+        pooled = [(p[i], kept > i) for p, kept in rounds for i in range(len(p)) if kept >= i]
+        for lo, hi in zip(BINS, BINS[1:]):
+            inside = [(p, k) for p, k in pooled if lo <= p < hi or (hi == 1.0 and p == 1.0)]
+            if inside:
+                reliability.append({"set": name, "p_from": lo, "p_to": hi, "drafts": len(inside),
+                                    "mean_p": round(sum(p for p, _ in inside) / len(inside), 3),
+                                    "kept": round(sum(k for _, k in inside) / len(inside), 3)})
+
+    cpu = cpu_info()
+    report = benchio.stamp_report(drafter=args.drafter, target=args.target, version=s.version, cpu=cpu,
+                                  threads=args.threads, k=args.k, max_new_tokens=args.max_new_tokens,
+                                  positions=positions, reliability=reliability)
+    md = [f"{args.drafter} -> {args.target}, adapter {s.version}, greedy, k = {args.k} every round, "
+          f"{args.max_new_tokens} new tokens, target on {s.target_runtime}. CPU: {benchio.cpu_line(cpu, args.threads)}.",
+          "", "Per draft position, rounds whose earlier drafts were all kept:", ""]
+    md += benchio.table(["set", "position", "rounds", "head's mean P(accept)", "share kept"],
+                        [[r["set"], r["position"], r["rounds"], r["mean_p"], r["kept"]] for r in positions])
+    md += ["", "Reliability, every position pooled:", ""]
+    md += benchio.table(["set", "head's P", "drafts", "mean P", "share kept"],
+                        [[r["set"], f"[{r['p_from']}, {r['p_to']})", r["drafts"], r["mean_p"], r["kept"]]
+                         for r in reliability])
+    benchio.save(args.out, "head", "The acceptance head against what the target kept", report, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
