@@ -256,7 +256,7 @@ def _cmd_generate(args) -> int:
     strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
     drafter = args.drafter or (DEFAULT_DRAFTER if get(strategy).speculative else None)
     session = Session(drafter, _target_ref(args), k=args.draft_length,
-                      spec=SpecConfig(strategy, confidence=args.confidence),
+                      spec=SpecConfig(strategy, confidence=args.confidence or None),
                       sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
                       verify=args.verify, lookup=not args.no_lookup, log=not args.no_log, adapter=args.adapter,
                       runtime=_runtime(args), exact=args.exact)

@@ -9,6 +9,7 @@ import argparse
 from omnidraft.decode.draft_length import K_MAX
 from omnidraft.pairs.cost import WIDTHS
 from omnidraft.pairs.settings import TARGET_RUNTIMES
+from omnidraft.propose.config import DRAFT_CONFIDENCE
 from omnidraft.serve.wire import ENGINES
 
 
@@ -60,13 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--strategy", default=None, help="ar | tli | omnidraft | slem | dtw | slrs (default: "
                      "omnidraft with --drafter, else ar)")
     gen.add_argument("-k", "--draft-length", type=int, default=None, help=f"drafter tokens per round, 0..{K_MAX} "
-                     "(the maximum with --confidence); 0 = the target alone. Default: the pair's cost model "
-                     f"chooses 0..{K_MAX} each round on this machine, 0 when drafting would not pay")
+                     "(the most a draft runs: --confidence may stop it sooner); 0 = the target alone. Default: "
+                     f"the pair's cost model chooses 0..{K_MAX} each round on this machine, 0 when drafting "
+                     "would not pay")
     gen.add_argument("--no-lookup", action="store_true", help="never propose ids copied from the "
                      "context (by default a round may verify a continuation copied from the prompt or "
                      "output instead of drafting, where the cost model prefers it)")
-    gen.add_argument("--confidence", type=float, default=None, help="stop a draft after a token "
-                     "the drafter gives probability below this (e.g. 0.4)")
+    gen.add_argument("--confidence", type=float, default=DRAFT_CONFIDENCE, help="stop a draft after a token "
+                     "the drafter gives probability below this (default %(default)s, chosen by measurement; "
+                     "0: drafts run to the round's k)")
     gen.add_argument("--verify", choices=["rejection", "point-mass"], default=None,
                      help="verification when sampling (greedy is exact matching). Default: the "
                      "strategy's lossless mode (rejection for tli/slrs, point-mass for the others and "

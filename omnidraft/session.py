@@ -35,7 +35,7 @@ from omnidraft.pairs.runtime_choice import load as load_choice
 from omnidraft.pairs.settings import Runtime, TargetRef
 from omnidraft.pairs.spec import (DEFAULT_DRAFTER, PairSpec, adapter_store, load_spec, log_path, pair_dir, pair_name,
                                   save_spec)
-from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
 from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import get
 from omnidraft.sampling import SamplingConfig
@@ -57,7 +57,8 @@ class Session:
     is loaded); None (the default): the pair's cost model chooses each round, 0 when speculation
     would not pay on this machine (pairs/cost.py: measured on first use, kept in the pair's
     folder; ``draft_length`` says what it reads), REMOTE_K for a server. ``spec``: the strategy
-    (``ar`` is the target alone) and its stopping rules; with ``gamma`` the acceptance head decides
+    (``ar`` is the target alone) and its stopping rules (default: omnidraft, a draft stopping after
+    a token the drafter gives less than DRAFT_CONFIDENCE); with ``gamma`` the acceptance head decides
     each draft's length once the adapter has one. ``sampling``: greedy by default; every strategy
     samples exactly by default, ``verify`` (rejection | point-mass) may choose an approximate mode
     (``lossless`` says). ``lookup``: rounds may verify ids copied from the context (the prompt,
@@ -80,13 +81,14 @@ class Session:
     measured faster than the pair (pairs/engine_choice.py; its output is the served model's own)."""
 
     def __init__(self, drafter: str | None = DEFAULT_DRAFTER, target: str | TargetRef = DEFAULT_TARGET, *,
-                 k: int | None = None, spec: SpecConfig = SpecConfig(), sampling: SamplingConfig = SamplingConfig(),
+                 k: int | None = None, spec: SpecConfig | None = None, sampling: SamplingConfig = SamplingConfig(),
                  verify: str | None = None, lookup: bool = True, log: bool = True, adapter: str = "latest",
                  runtime: Runtime = Runtime(), exact: bool = False, route: bool = True):
         from omnidraft.device.threads import set_threads
         from omnidraft.pairs.build import load_target
 
         target = target if isinstance(target, TargetRef) else TargetRef(target)
+        spec = spec or SpecConfig(confidence=DRAFT_CONFIDENCE)
         asked = runtime.target
         fixed = None if k is None else FixedK(k)  # a bad k is refused before anything loads
         check_verify_mode(verify)

@@ -8,7 +8,9 @@ the same prompts (untimed): the acceptance per draft position each adapter gets,
 calibrates each session's cost model on its own adapter. With --gamma, the first version again
 with its acceptance head deciding each draft's length (stop once the predicted chance of a
 rejection passes gamma); with --priced, with the head ending each draft where the cost model
-prices drafting on below its cost. Every pair output is checked against the target alone's (lossless).
+prices drafting on below its cost; with --confidence, the first version and the zero adapter each
+stopping a draft after a token the drafter itself gives less than that probability. Every pair
+output is checked against the target alone's (lossless).
 
   omnidraft distill --target qwen2.5-coder-1.5b && python scripts/bench_distill.py --target qwen2.5-coder-1.5b
 Writes bench/results/distill-<stamp>.{json,md}.
@@ -38,14 +40,17 @@ def main() -> int:
                     "head deciding each draft's length at these thresholds")
     ap.add_argument("--priced", action="store_true", help="a row with the first version's acceptance head "
                     "ending each draft where the cost model prices drafting on below its cost")
+    ap.add_argument("--confidence", type=float, nargs="+", default=[], help="rows with the first version and the "
+                    "zero adapter each stopping a draft after a token the drafter gives less than this probability")
     ap.add_argument("--code", type=int, default=6)
     ap.add_argument("--chat", type=int, default=6)
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
     ap.add_argument("--target-runtime", default="executorch", help="the target's runtime for every pair row")
     ap.add_argument("--no-transformers", action="store_true", help="skip transformers' assisted generation")
     args = ap.parse_args()
-    if any(not 0.0 < g < 1.0 for g in args.gamma):
-        ap.error(f"--gamma must be in (0, 1), got {' '.join(map(str, args.gamma))}")
+    for flag, values in (("gamma", args.gamma), ("confidence", args.confidence)):
+        if any(not 0.0 < v < 1.0 for v in values):
+            ap.error(f"--{flag} must be in (0, 1), got {' '.join(map(str, values))}")
     benchsetup.start(args.threads)
     log = benchsetup.logger("distill")
 
@@ -73,6 +78,12 @@ def main() -> int:
         sessions[f"{distilled}, head priced"] = Session(args.drafter, args.target, adapter=version,
                                                         spec=SpecConfig(priced=True), runtime=runtime, log=False)
     sessions[zero] = Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)
+    confident = {}  # threshold -> (distilled row, zero-adapter row)
+    for c in args.confidence:
+        confident[c] = (f"{distilled}, drafter confidence {c}", f"{zero}, drafter confidence {c}")
+        for row, adapter in zip(confident[c], (version, "none")):
+            sessions[row] = Session(args.drafter, args.target, adapter=adapter, spec=SpecConfig(confidence=c),
+                                    runtime=runtime, log=False)
     first = sessions[distilled]
     alone_row = f"target alone ({first.target_runtime})"
     runs = baselines(args.target, args.drafter, args.threads, log, assisted=() if args.no_transformers else (BEST,))
@@ -140,6 +151,9 @@ def main() -> int:
             f"{tps[distilled] / llama:.2f}x" if llama else "",
             ", ".join(f"{per_fwd[r]:.2f}" for r in sessions),
             ", ".join(f"{per_fwd[r] / per_fwd[zero]:.2f}x" for r in sessions if r != zero)])
+    same_rule = [f"{set_name}, drafter confidence {c}: {version} / zero adapter "
+                 f"{tally[set_name][a].tokens_per_s() / tally[set_name][b].tokens_per_s():.2f}x"
+                 for set_name in sets for c, (a, b) in confident.items()]
     pos_rows = []
     for set_name in sets:
         for row in sessions:
@@ -160,6 +174,7 @@ def main() -> int:
     md = [f"{args.drafter} -> {args.target}, greedy, {args.max_new_tokens} new tokens, prefill included, interleaved "
           f"per prompt (rotating order); target on {first.target_runtime}, drafter on {first.drafter_runtime}. "
           f"CPU: {cpu_line}.", "", "Tokens/s:", "", *benchio.table(header, table), "",
+          *([("With the same stopping rule on both: " + "; ".join(same_rule) + "."), ""] if same_rule else []),
           f"Acceptance per draft position at k = {args.probe_k} (accepted / reached, reached in brackets), the same "
           "prompts, untimed:", "", *benchio.table(["set", "pair"] + [f"position {p + 1}" for p in range(args.probe_k)],
                                                    pos_rows), "",

@@ -177,6 +177,35 @@ def test_k0_is_the_target_alone_on_every_entry_point(home, models, qwen_tok, cap
         Session(drafter, target, runtime=FP32, k=9)
 
 
+def test_by_default_a_draft_stops_at_the_drafters_confidence_and_output_stays_the_targets(home, models, qwen_tok,
+                                                                                          capsys):
+    """The default spec stops a draft after a token the drafter gives < DRAFT_CONFIDENCE and the
+    output is the target's own; the CLI's `--confidence 0` drafts the round's k, so more drafter
+    forwards for the same output."""
+    import json
+
+    from omnidraft import Session, cli
+    from omnidraft.propose.config import DRAFT_CONFIDENCE
+
+    drafter, target = models
+    ref = _refs(target, qwen_tok, PROMPTS[:1], 24)[0]
+    s = Session(drafter, target, runtime=FP32, k=8, log=False)
+    assert s.spec_cfg.confidence == DRAFT_CONFIDENCE
+    r = s.generate(PROMPTS[0], max_new_tokens=24)
+    assert r.token_ids == ref
+    s.close()
+    args = ["generate", "--drafter", drafter, "--target", target, "--prompt", PROMPTS[0], "-k", "8", "--no-lookup",
+            "--max-new-tokens", "24", "--dtype", "fp32", "--no-log", "--json"]
+    for conf in ("0", "0.5"):
+        assert cli.main(args + ["--confidence", conf]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["token_ids"] == ref
+        if conf == "0":  # every drafting round drafted 8 (the window allowing)
+            full = out["metrics"]["drafter_forwards"]
+        else:
+            assert out["metrics"]["drafter_forwards"] < full
+
+
 def test_pairing_and_the_demo_run_each_prompt_as_a_conversation_of_its_own(home, models):
     """The same prompt asked again by the pairing job (and the demo's second phase) is a new
     conversation: it does not copy the earlier answer, which would pass for a faster pair."""

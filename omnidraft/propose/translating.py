@@ -46,16 +46,19 @@ class TranslatingProposer:
         untranslatable: list[int] = []  # the draft token that ended drafting, if one did
         qrows: list[torch.Tensor] = []  # [Vd] each, when sampling
         accept_p: list[float] = []  # the head's P(accept) per draft, when a head rule runs
+        draft_p: list[float] = []  # the drafter's probability of each draft, when a rule runs
         if rule is not None:
             rule.reset()
         for i in range(k):
-            d, q, conf = self.drafter.pick(out.logits[-1], want_conf=rule is not None and not use_head)
+            d, q, conf = self.drafter.pick(out.logits[-1], want_conf=rule is not None)
             drafts.append(d)
             if q is not None:
                 qrows.append(q)
             if not self.translator.viable(drafts, ctx=ctx, history=state.committed):
                 untranslatable.append(drafts.pop())
                 break
+            if rule is not None:
+                draft_p.append(conf)
             if use_head:
                 accept_p.append(self.drafter.accept_prob(out, d))
             if rule is not None and rule.update(accept_p[-1] if use_head else conf):
@@ -70,7 +73,7 @@ class TranslatingProposer:
             q_draft = torch.stack(qrows[: prop.consumed]) if prop.consumed else torch.zeros(0, 0)
             q_target = self.translator.proposal_dists(prop, drafts, q_draft)
         return replace(prop, drafts=drafts + untranslatable, q=q_target, drafter_forwards=forwards,
-                       accept_p=accept_p, translate_s=time.perf_counter() - t0)
+                       accept_p=accept_p, draft_p=draft_p, translate_s=time.perf_counter() - t0)
 
     def unread(self, state: DraftState) -> int:
         return self.drafter.unread(state.ctx.ids)

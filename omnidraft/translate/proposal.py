@@ -23,9 +23,10 @@ class Proposal:
     q: torch.Tensor | None = None  # [m, Vt] proposal distributions, when the verifier needs them
     drafter_forwards: int = 0  # drafter forward passes spent on this proposal
     translate_s: float = 0.0  # seconds spent translating (drafter forwards excluded)
-    # the acceptance head's P(accept) for each drafted token when a head rule stopped the draft
-    # (index as ``drafts``), else empty
+    # with a stopping rule, per drafted token (index as ``drafts``): the acceptance head's P(accept)
+    # (a head rule only) and the drafter's own probability of the token; else empty
     accept_p: list[float] = field(default_factory=list)
+    draft_p: list[float] = field(default_factory=list)
 
     @property
     def ngram_count(self) -> int:
