@@ -307,16 +307,17 @@ class Session:
         log = self.log  # as it is now: unlogged() elsewhere does not change this generation
         adaptive = self.spec_cfg.gamma is not None and self.has_head  # the head decides each draft's length
         cfg = self.spec_cfg if adaptive else replace(self.spec_cfg, gamma=None)
-        k = FixedK(K_MAX) if adaptive else self.draft_length
         dl = self.draft_length
-        priced = self.spec_cfg.priced and self.has_head and isinstance(dl, CostModelK) and dl.pinned is None
-        if priced:  # the cost model says whether to draft; the head, priced by it, how far
+        if self.spec_cfg.priced and self.has_head and isinstance(dl, CostModelK) and dl.pinned is None:
+            # the cost model says whether a round drafts; the head, priced by it, how far
             cfg = replace(cfg, stop_below=tuple(dl.model.stop_below(dl.rates(), dl.predicted, dl.k_max)))
+            k = dl.reaching()
         else:
             cfg = replace(cfg, priced=False, stop_below=None)
+            k = FixedK(K_MAX) if adaptive else dl
         try:
             result = yield from stream_speculative(
-                self.drafter, self.target, self.pair, prompt, cfg=cfg, k=dl.reaching() if priced else k,
+                self.drafter, self.target, self.pair, prompt, cfg=cfg, k=k,
                 max_new_tokens=budget, chat=chat, record_topk=RECORD_TOPK if log is not None else 0,
                 head=self.head, lookup=self.lookup, earlier=self.turns)
         finally:  # learnt n-grams and acceptance survive a generation closed early or interrupted

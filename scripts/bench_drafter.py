@@ -58,9 +58,10 @@ def main() -> int:
     names = args.programs  # as given: two folders may share a name
     try:
         drafters = [ExecuTorchLM(Path(p), name=args.drafter) for p in args.programs]
+        ptds = tempfile.TemporaryDirectory(prefix="bench-drafter-")  # removed when main returns
         if args.adapter:
-            for d in drafters:
-                d.load_adapter(export_adapter(Path(args.adapter), d.info, Path(tempfile.mkdtemp()) / "adapter.ptd"))
+            for i, d in enumerate(drafters):
+                d.load_adapter(export_adapter(Path(args.adapter), d.info, Path(ptds.name) / f"{i}.ptd"))
     except OmniDraftError as err:
         print(f"bench_drafter: {err}", file=sys.stderr)
         return 2
@@ -69,7 +70,8 @@ def main() -> int:
 
     target = LocalTarget(local_target(args.target, "executorch", quant=args.quant))  # greedy
     dtok, ttok = load_tokenizer(args.drafter), load_tokenizer(args.target)
-    sets = {"code": benchsetup.prompt_mix(args.code, 0), "chat": benchsetup.prompt_mix(0, args.chat)}
+    sets = {n: p for n, p in (("code", benchsetup.prompt_mix(args.code, 0)),
+                              ("chat", benchsetup.prompt_mix(0, args.chat))) if p}  # a set of 0 prompts: none
     rows = []
     for set_name, prompts in sets.items():
         tallies = {n: benchio.Tally() for n in names}

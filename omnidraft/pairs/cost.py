@@ -206,9 +206,8 @@ class CostModel:
         with it; after k_max the draft ends anyway). Drafting on to m > n adds c_n * S(n, m) expected
         tokens (c_n: that chance; S: the expected run past n at the per-position rates ``accept``)
         and costs ΔT(n, m) ms (m - n drafter forwards and the wider verify call, never less than the
-        narrower's); at the long-run
-        ``rate`` (tokens/s) it pays when c_n * S > rate * ΔT / 1000, so the threshold is the least
-        rate * ΔT / (1000 * S) over m (no m pays: 1, stop)."""
+        narrower's); at the long-run ``rate`` (tokens/s) it pays when c_n * S > rate * ΔT / 1000, so
+        the threshold is the least rate * ΔT / (1000 * S) over m (no m pays: 1, stop)."""
         def a(i: int) -> float:  # 0-based position i's rate (past the measured: the last one)
             return accept[min(i, len(accept) - 1)] if accept else 0.0
 

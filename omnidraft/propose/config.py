@@ -43,7 +43,8 @@ class SpecConfig:
         if len(rules) > 1 and set(rules) != {"priced", "stop_below"}:
             raise OmniDraftError(f"choose one stopping rule, got {' and '.join(rules)}",
                                  "confidence (the drafter's), gamma or priced (the acceptance head's)")
-        if self.stop_below is not None and (not self.stop_below or not all(0.0 <= t <= 1.0 for t in self.stop_below)):
+        below = self.stop_below
+        if below is not None and (not below or not all(0.0 <= t <= 1.0 for t in below)):
             raise OmniDraftError(f"stop_below must be chances in [0, 1], got {self.stop_below}")
         if self.min_k < 1:
             raise OmniDraftError(f"min_k must be >= 1, got {self.min_k}")
