@@ -29,7 +29,7 @@ from omnidraft.decode.modes import VERIFY_MODES, default_verify_mode, is_lossles
 from omnidraft.decode.target import LocalTarget
 from omnidraft.translate.state import PairState
 from omnidraft.sampling import SamplingConfig, probs
-from omnidraft.propose.config import SpecConfig
+from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
 from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import STRATEGIES
 
@@ -139,16 +139,20 @@ def _position_test(target, sampling, contexts: dict[int, list[int]]) -> tuple[fl
 
 def cases():
     """Every lossless case, then rounds that mix copies from the context with drafts (the
-    default): a point mass under both verify rules, seeded and not."""
+    default): a point mass under both verify rules, seeded and not; then drafts stopping at the
+    drafter's own confidence (a Session's default rule) under both rules."""
     for case in lossless_cases():
-        yield *case, False
-    yield "omnidraft", "point-mass", "T0.7", True, True
-    yield "omnidraft", "point-mass", "top-p0.9", False, True
-    yield "tli", "rejection", "T1", True, True
+        yield *case, False, None
+    yield "omnidraft", "point-mass", "T0.7", True, True, None
+    yield "omnidraft", "point-mass", "top-p0.9", False, True, None
+    yield "tli", "rejection", "T1", True, True, None
+    yield "omnidraft", "point-mass", "T1", False, True, DRAFT_CONFIDENCE
+    yield "tli", "rejection", "T0.7", True, False, DRAFT_CONFIDENCE
 
 
-@pytest.mark.parametrize("strategy,mode,sampling_name,seeded,copies", list(cases()))
-def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampling_name, seeded, copies):
+@pytest.mark.parametrize("strategy,mode,sampling_name,seeded,copies,confidence", list(cases()))
+def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampling_name, seeded, copies,
+                                               confidence):
     d, t, pair = bigram_pair
     temperature, top_p = SAMPLINGS[sampling_name]
     prompt = COPY_PROMPT if copies or strategy == "lookup" else PROMPT
@@ -158,7 +162,8 @@ def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampl
     proposed = accepted = copied = 0
     for s in range(draws):
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=s if seeded else None)
-        out = generate_speculative(d, LocalTarget(t, sampling, mode), pair, prompt, cfg=SpecConfig(strategy),
+        out = generate_speculative(d, LocalTarget(t, sampling, mode), pair, prompt,
+                                   cfg=SpecConfig(strategy, confidence=confidence),
                                    k=FixedK(3), max_new_tokens=3, lookup=LookupConfig() if copies else None)
         assert out.lossless
         proposed += out.metrics["proposed"]
@@ -173,7 +178,8 @@ def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampl
     for j, contexts in enumerate(positions):
         pvalue, tv, n = _position_test(t, sampling, contexts)
         report.append((j + 1, pvalue, tv, n))
-        print(f"{strategy}/{mode}/{sampling_name}/{'seeded' if seeded else 'unseeded'} position {j + 1}: "
+        print(f"{strategy}/{mode}/{sampling_name}/{'seeded' if seeded else 'unseeded'}/stop {confidence} "
+              f"position {j + 1}: "
               f"{n} draws, p = {pvalue:.3g}, detects TV >= {tv:.3f}")
     assert accepted >= 20, (accepted, proposed)  # acceptance and bonus paths were exercised
     assert (copied >= 20) == (copies or strategy == "lookup"), copied  # copies verified and accepted where asked
