@@ -6,7 +6,7 @@ A data record only; translators fill the token fields, proposers add q' and thei
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -41,6 +41,6 @@ class Proposal:
     def prefix(self, m: int) -> "Proposal":
         """The first ``m`` proposed tokens (the draft tokens they cover, their q' rows)."""
         spans = self.spans[:m]
-        return Proposal(self.target_ids[:m], spans, self.sub[:m], self.from_cache[:m],
-                        max((e for _, e in spans), default=0), self.drafts,
-                        None if self.q is None else self.q[:m], self.drafter_forwards, self.translate_s)
+        return replace(self, target_ids=self.target_ids[:m], spans=spans, sub=self.sub[:m],
+                       from_cache=self.from_cache[:m], consumed=max((e for _, e in spans), default=0),
+                       q=None if self.q is None else self.q[:m])
