@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.models.lm import cache_kwarg
 
 # Parameter names that belong to the per-target part of the program (LoRA and head): they stay
 # outside the XNNPACK partition and go to the swappable .ptd file.
@@ -238,7 +239,7 @@ class DraftProgram(nn.Module):
         if self.rot is not None:
             states = self._llama_layers(ids, positions, start)  # [1, T, H], after the final norm
         else:
-            states = self.lm.model(input_ids=ids, position_ids=positions, cache=self.kv,
+            states = self.lm.model(input_ids=ids, position_ids=positions, **{cache_kwarg(self.lm.model): self.kv},
                                    use_cache=True, et_start_pos=start).last_hidden_state  # [1, T, H]
         hidden = states[:, -1, :]  # [1, H]
         if self.all_logits:

@@ -27,7 +27,8 @@ def _cmd_distill(args) -> int:
     from omnidraft.device.threads import set_threads
     from omnidraft.jobs.distill import DistillConfig, distill
 
-    cfg = DistillConfig(code=args.code, chat=args.chat, source=args.source, answer_tokens=args.answer_tokens, epochs=args.epochs)
+    cfg = DistillConfig(code=args.code, chat=args.chat, source=args.source, answer_tokens=args.answer_tokens,
+                        epochs=args.epochs, device=args.device)
     set_threads(args.threads)
     report = distill(args.target, args.drafter, cfg, target_runtime=args.target_runtime, restart=args.restart,
                      publish=not args.no_publish, say=lambda s: print(s, file=sys.stderr, flush=True))

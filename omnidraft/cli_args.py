@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     di.add_argument("--epochs", type=int, default=2)
     di.add_argument("--target-runtime", choices=TARGET_RUNTIMES, default="auto", help="runs the target for the "
                     "records (auto: llama.cpp when installed, its prefill is the fastest here)")
+    di.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N: the target makes the records (transformers, "
+                    "bf16, batched) and the drafter trains on that GPU; no network needed, the models come from the home")
     di.add_argument("--restart", action="store_true", help="drop the records and checkpoint made so far")
     di.add_argument("--no-publish", action="store_true", help="only report (the adapter stays in the checkpoint)")
     di.add_argument("--threads", type=int, default=None)

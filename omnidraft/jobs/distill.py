@@ -9,8 +9,11 @@ asked for a larger corpus makes only the new ones; held-out records are the targ
 answers to held-out prompts), training (train/offline.py: checkpointed epochs over the asked
 corpus's records; it starts over when that record set changes) and the
 verdict (teacher-forced greedy acceptance on the held-out records, zero adapter vs distilled,
-McNemar's test as the daemon's guard). Knows the stages and their files; the corpus, records and
-trainers are train/'s, printing the caller's (``say``).
+McNemar's test as the daemon's guard). With ``device`` a GPU, the target makes the records there
+(transformers, bf16, greedy answers generated in batches) and the drafter trains there; the
+stored records and checkpoints are the same on every device, so a job started on one resumes on
+another. Knows the stages and their files; the corpus, records and trainers are train/'s,
+printing the caller's (``say``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -33,6 +37,9 @@ from omnidraft.train.tuning import RoundConfig, cursor, write_ptds
 
 SOURCES = ("teacher", "greedy", "mix")
 TOPK = 64  # the target's top-k a record keeps per position (as a Session's records)
+GPU_BATCH = 64  # prompts per batched greedy generation on a GPU: 27x batch 1's prompts/s on an H200 at the
+# 1.5B's shape (32: 17x, 128: 64x; bench/results/distill-gpu-20261128-0419); 128 would crowd a 24 GB card
+# with a 7B target's KV cache
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class DistillConfig:
     heldout_tokens: int = 64  # the target's greedy answer length on each held-out prompt
     checkpoint_every: int = 4  # trainer updates between checkpoints
     curve_points: int = 8  # held-out acceptance measured this many times during training (the learning curve)
+    device: str = "cpu"  # cpu | cuda | cuda:N: where the target makes records and the drafter trains
     # the daemon's round defaults, longer records (corpus answers run to 256 tokens after the prompt)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=1e-3, divergence="fkl", max_tokens=384))
     head: HeadConfig = field(default_factory=lambda: HeadConfig(labels="greedy", max_tokens=384))
@@ -60,7 +68,8 @@ class DistillConfig:
                   (len(self.heldout) == 2 and min(self.heldout) >= 0 and sum(self.heldout) >= 1, "heldout",
                    "(code, chat) prompts, at least one"), (self.heldout_tokens >= 8, "heldout_tokens", ">= 8"),
                   (self.checkpoint_every >= 1, "checkpoint_every", ">= 1"),
-                  (self.curve_points >= 0, "curve_points", ">= 0")]
+                  (self.curve_points >= 0, "curve_points", ">= 0"),
+                  (re.fullmatch(r"cpu|cuda(:\d+)?", self.device) is not None, "device", "cpu, cuda or cuda:N")]
         for ok, name, want in checks:
             if not ok:
                 raise OmniDraftError(f"distill option {name} must be {want}, got {getattr(self, name)!r}")
@@ -114,12 +123,13 @@ def _state_dir(name: str, cfg: DistillConfig, restart: bool) -> Path:
 def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_runtime: str, say,
                  clock: "_RecordsClock") -> dict:
     """Stage 1: held-out then corpus (``samples``) records, skipping those already stored, each
-    one's time added to ``clock``. Returns counts."""
+    one's time added to ``clock``; on a GPU the greedy answers of GPU_BATCH prompts are generated
+    together, then stored one record at a time (a kill loses at most the batch in progress).
+    Returns counts."""
     from omnidraft.decode.text import encode_prompt, model_eos_ids, stop_ids
     from omnidraft.models.loading import load_tokenizer
-    from omnidraft.pairs.build import local_target
     from omnidraft.train.corpus import heldout
-    from omnidraft.train.teacher import answer_ids, greedy_answer, teacher_record
+    from omnidraft.train.teacher import answer_ids, greedy_answer, greedy_answers, teacher_record
     from omnidraft.translate.state import PairState
 
     held = heldout(*cfg.heldout)
@@ -129,32 +139,60 @@ def make_records(spec: PairSpec, cfg: DistillConfig, samples: list, log, target_
     counts = {"heldout": len(held), "corpus": len(samples)}
     if not todo_held and not todo:
         return counts
-    say(f"distill: loading {spec.target} on {target_runtime} to make {len(todo_held) + len(todo)} records")
-    target = local_target(spec.target, target_runtime, note=say)
+    where = target_runtime if cfg.device == "cpu" else f"{cfg.device} (transformers, bf16)"
+    say(f"distill: loading {spec.target} on {where} to make {len(todo_held) + len(todo)} records")
+    target = _teacher(spec.target, cfg.device, target_runtime, say)
     ttok, dtok = load_tokenizer(spec.target_tokenizer or spec.target), load_tokenizer(spec.drafter)
     pair = PairState(dtok, ttok, _vocab_size(spec.drafter), target.vocab_size, persist=True)
     stop = stop_ids(ttok, model_eos_ids(target))
+    batch = 1 if cfg.device == "cpu" else GPU_BATCH
+
+    def answers(items: list[tuple[str, bool]], tokens: int) -> list[list[int]]:
+        prompts = [encode_prompt(ttok, p, chat=c) for p, c in items]
+        if batch == 1:
+            return [greedy_answer(target, ids, tokens, stop) for ids in prompts]
+        return greedy_answers(target.model, prompts, tokens, stop) if prompts else []
+
     clock.start()
     tell = _Stage(say, "held-out records", len(held))
-    for n, (prompt, chat) in todo_held:
-        answer = greedy_answer(target, encode_prompt(ttok, prompt, chat=chat), cfg.heldout_tokens, stop)
-        rec = teacher_record(pair, target, prompt, chat, answer, TOPK)
-        if rec is not None:
-            log.append("heldout", f"heldout/{n}", rec.to_bytes())
-        clock.tick()
-        tell(n + 1)
+    for chunk in _chunks(todo_held, batch):
+        for (n, (prompt, chat)), answer in zip(chunk, answers([x for _n, x in chunk], cfg.heldout_tokens)):
+            rec = teacher_record(pair, target, prompt, chat, answer, TOPK)
+            if rec is not None:
+                log.append("heldout", f"heldout/{n}", rec.to_bytes())
+            clock.tick()
+            tell(n + 1)
     tell = _Stage(say, "corpus records", len(samples))
     done = len(samples) - len(todo)
-    for s in todo:
-        greedy = cfg.source == "greedy" or (cfg.source == "mix" and s.chat)
-        answer = (greedy_answer(target, encode_prompt(ttok, s.prompt, chat=s.chat), cfg.answer_tokens, stop)
-                  if greedy else answer_ids(ttok, s.answer, cfg.answer_tokens))
-        rec = teacher_record(pair, target, s.prompt, s.chat, answer, TOPK)
-        log.append("corpus", s.source, rec.to_bytes() if rec is not None else b"")
-        clock.tick()
-        done += 1
-        tell(done)
+    for chunk in _chunks(todo, batch):
+        greedy = [s for s in chunk if cfg.source == "greedy" or (cfg.source == "mix" and s.chat)]
+        made = dict(zip([s.source for s in greedy], answers([(s.prompt, s.chat) for s in greedy], cfg.answer_tokens)))
+        for s in chunk:
+            answer = made[s.source] if s.source in made else answer_ids(ttok, s.answer, cfg.answer_tokens)
+            rec = teacher_record(pair, target, s.prompt, s.chat, answer, TOPK)
+            log.append("corpus", s.source, rec.to_bytes() if rec is not None else b"")
+            clock.tick()
+            done += 1
+            tell(done)
     return counts
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _teacher(target: str, device: str, runtime: str, say):
+    """The target making records: on the CPU on ``runtime``; on a GPU its transformers model in
+    bf16 there (the catalog's GGUF dequantised, as the eager runtime loads it)."""
+    if device == "cpu":
+        from omnidraft.pairs.build import local_target
+
+        return local_target(target, runtime, note=say)
+    from omnidraft.models.loading import load_model
+
+    lm = load_model(target, dtype="bf16")
+    lm.model.to(device)
+    return lm
 
 
 def _vocab_size(drafter: str) -> int:
@@ -187,6 +225,7 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     cpu0 = _cpu_s()
     for ref in (target, drafter):  # before anything is written for the pair
         _check_model(ref)
+    _check_device(cfg.device, target_runtime)
     spec = PairSpec(drafter, target)
     save_spec(spec)
     d = _state_dir(spec.name, cfg, restart)
@@ -208,11 +247,11 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
     if finished is not None:
         say(f"distill: already done for these options ({finished.get('version') or 'not published'})")
         return finished
-    base = load_model(drafter, dtype="fp32").model
+    base = load_model(drafter, dtype="fp32").model.to(cfg.device)
     with loading_quietly():
         model = attach_lora(base, cfg.train)
     before = match_hits(model, held, cfg.train.max_tokens)  # the zero adapter: the drafter itself
-    head = AcceptanceHead(base.config.hidden_size, cfg.head.width)
+    head = AcceptanceHead(base.config.hidden_size, cfg.head.width).to(cfg.device)
     tell = _Stage(say, "training on records", len(order))
     curve = _Curve(d / "curve.json", len(order), cfg.curve_points, cfg.train.update_interval,
                    lambda: match_hits(model, held, cfg.train.max_tokens))
@@ -226,6 +265,8 @@ def distill(target: str, drafter: str = DEFAULT_DRAFTER, cfg: DistillConfig = Di
                  on_progress=progress)
     after = match_hits(model, held, cfg.train.max_tokens)
     curve.add(len(order), after)
+    model.to("cpu")  # published from the CPU, as every version
+    head.to("cpu")
     verdict = judge(before, after, rcfg.guard_alpha)
     tokens = sum(_positions(Record.from_bytes(b)) for b in rows.values())
     report = {"pair": spec.name, "config": dataclasses.asdict(cfg), "records": made, "corpus_records": len(rows),
@@ -315,6 +356,21 @@ def _finished(d: Path, updates: int) -> dict | None:
     if report.get("updates") != updates or (version and version not in adapter_store().versions(report["pair"])):
         return None
     return report
+
+
+def _check_device(device: str, target_runtime: str) -> None:
+    """A one-line error for a GPU torch cannot see, or a CPU runtime asked for beside it."""
+    if device == "cpu":
+        return
+    import torch
+
+    index = int(device.partition(":")[2] or 0)
+    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+        raise OmniDraftError(f"--device {device}: torch sees no CUDA device here",
+                             "run it on a machine with a GPU and a CUDA build of torch, or leave --device out")
+    if target_runtime not in ("auto", "eager"):
+        raise OmniDraftError(f"--device {device} makes the records with transformers on the GPU; "
+                             f"--target-runtime {target_runtime} runs on the CPU", "leave --target-runtime out")
 
 
 def _check_model(ref: str) -> None:

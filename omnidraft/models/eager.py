@@ -2,7 +2,9 @@
 (the eager runtime of the ``LM`` protocol, models/lm.py).
 
 Every decoder (plain, speculative drafter, speculative target) can drive models through this
-wrapper. It knows tensors and caches; it does not know tokenizers, sampling or strategies.
+wrapper. A model on a GPU (``omnidraft distill --device cuda``'s target) takes its inputs there and
+answers there; decoding runs models on the CPU. It knows tensors and caches; it does not know
+tokenizers, sampling or strategies.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class CausalLM:
         self.config = model.config
         self.tokens: list[int] = []  # the ids whose keys/values are in the cache, in order
         self.cache = self._new_cache()
+        self._cache_kw = lm_ops.cache_kwarg(model)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -91,13 +94,14 @@ class CausalLM:
         if self.length + k > self.max_length:
             raise ValueError(
                 f"{self.name}: {self.length + k} tokens exceed the context window of {self.max_length}")
-        input_ids = torch.tensor([ids], dtype=torch.long)  # [1, k]
-        position_ids = torch.arange(self.length, self.length + k).unsqueeze(0)  # [1, k]
+        dev = self.model.get_input_embeddings().weight.device
+        input_ids = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, k]
+        position_ids = torch.arange(self.length, self.length + k, device=dev).unsqueeze(0)  # [1, k]
         try:
             out = self.model(
                 input_ids=input_ids,
                 position_ids=position_ids,
-                cache=self.cache,
+                **{self._cache_kw: self.cache},
                 use_cache=True,
                 output_hidden_states=hidden,
                 logits_to_keep=1 if last_only else 0,
@@ -108,7 +112,7 @@ class CausalLM:
                 self.cache.crop(-extra)
             raise
         self.tokens.extend(int(t) for t in ids)
-        logits = out.logits[0].float()  # [k or 1, V]
+        logits = out.logits[0].float()  # [k or 1, V], on the model's device
         hs = out.hidden_states[-1][0].float() if hidden else None  # [k, H]
         if hs is not None and last_only:
             hs = hs[-1:]

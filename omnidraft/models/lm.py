@@ -15,6 +15,17 @@ from typing import Callable, Protocol
 import torch
 
 
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The name a Hugging Face model's forward takes its KV cache by: ``cache`` in recent
+    transformers, ``past_key_values`` before (5.17 has only that, and drops an unknown ``cache=``
+    into its kwargs unread: every call would then run without the cache). A peft wrapper passes
+    either through: its base model's forward decides."""
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+
+
 @dataclass
 class Forward:
     logits: torch.Tensor  # [k, V] float32, row i = next-token logits after input position i

@@ -15,6 +15,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from omnidraft.models.lm import cache_kwarg
+
 
 class SpecVocabHead(nn.Module):
     """The ranking half: [N, H] hidden -> [N, V] approximate logits, in rank r."""
@@ -98,14 +100,13 @@ class SpecVocabLM(nn.Module):
     def forward(self, input_ids=None, position_ids=None, cache=None, use_cache=True,
                 output_hidden_states=False, logits_to_keep=0, **kw):
         body = self.inner.model(input_ids=input_ids, position_ids=position_ids,
-                                cache=cache, use_cache=use_cache, **kw)
+                                **{cache_kwarg(self.inner.model): cache}, use_cache=use_cache, **kw)
         h = body.last_hidden_state  # [1, n, H]
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         logits = self.sparse_logits(h[0]).unsqueeze(0)  # [1, n', V]
         hidden_states = (body.last_hidden_state,) if output_hidden_states else None
-        return SimpleNamespace(logits=logits, hidden_states=hidden_states,
-                               cache=body.cache)
+        return SimpleNamespace(logits=logits, hidden_states=hidden_states, cache=cache)  # updated in place
 
 
 def pretrain_ranker(ranker: SpecVocabHead, lm_head_weight: torch.Tensor, hidden: torch.Tensor, *,

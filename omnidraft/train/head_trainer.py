@@ -21,7 +21,7 @@ from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
 from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.errors import OmniDraftError
 from omnidraft.train.records import Record
-from omnidraft.train.trainer import OnlineTrainer, base_model, padded_batch
+from omnidraft.train.trainer import OnlineTrainer, base_model, model_device, padded_batch
 
 MODES = ("joint", "interleaved", "adapt")
 _CHUNK = 256  # LM-head rows per chunk when scoring a batch (bounds the [rows, V] logits)
@@ -32,33 +32,33 @@ def head_batch(model, records: list[Record], mode: str, max_tokens: int = 256
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Head inputs and labels for ``records`` under the drafter ``model`` (HF causal LM, maybe
     peft-wrapped). Returns hidden [N, H] (the state that produced each labelled token), emb
-    [N, H] (that token's input embedding), labels [N]."""
-    base = base_model(model)
+    [N, H] (that token's input embedding), labels [N], on the model's device."""
+    base, dev = base_model(model), model_device(model)
     recs, ids, mask = padded_batch(records, max_tokens)
     was_training = model.training
     model.eval()
-    hidden = base.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()  # [B, L, H]
+    hidden = base.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state.float()  # [B, L, H]
     model.train(was_training)
     emb_table = base.get_input_embeddings()
     hs, es, ys = [], [], []
     for b, r in enumerate(recs):
         n = r.length
-        tok = r.draft_ids[1:n].long()  # [n-1] the token each state predicts
-        tok_logq = torch.zeros(n)
+        tok = r.draft_ids[1:n].long().to(dev)  # [n-1] the token each state predicts
+        tok_logq = torch.zeros(n)  # the labels are made on the CPU, beside the record
         argmax_ok = torch.zeros(n, dtype=torch.bool)
         for s in range(0, n - 1, _CHUNK):
             logits = base.lm_head(hidden[b, s:min(n - 1, s + _CHUNK)]).float()  # [c, V]
             t = tok[s:s + logits.shape[0]]
-            tok_logq[s + 1:s + 1 + len(t)] = torch.log_softmax(logits, -1).gather(1, t[:, None])[:, 0]
-            argmax_ok[s + 1:s + 1 + len(t)] = logits.argmax(-1) == t
+            tok_logq[s + 1:s + 1 + len(t)] = torch.log_softmax(logits, -1).gather(1, t[:, None])[:, 0].cpu()
+            argmax_ok[s + 1:s + 1 + len(t)] = (logits.argmax(-1) == t).cpu()
         pos, lab = acceptance_labels(r, tok_logq, argmax_ok, mode)
         if len(pos):
-            hs.append(hidden[b, pos - 1])
-            es.append(emb_table(r.draft_ids[pos].long()).float())
-            ys.append(lab)
+            hs.append(hidden[b, pos.to(dev) - 1])
+            es.append(emb_table(r.draft_ids[pos].long().to(dev)).float())
+            ys.append(lab.to(dev))
     if not hs:
         H = hidden.shape[-1]
-        return torch.zeros(0, H), torch.zeros(0, H), torch.zeros(0)
+        return torch.zeros(0, H, device=dev), torch.zeros(0, H, device=dev), torch.zeros(0, device=dev)
     return torch.cat(hs), torch.cat(es), torch.cat(ys)
 
 

@@ -62,7 +62,7 @@ def train(model, head: AcceptanceHead, order: list[int], read: Callable[[int], b
     trainer = AdaptiveTrainer(distill, heads, "interleaved")
     done, seconds = 0, 0.0
     if checkpoint.is_file():
-        state = torch.load(checkpoint, weights_only=True)
+        state = torch.load(checkpoint, weights_only=True, map_location="cpu")  # the loads copy to the model's device
         if state["order"] != order:
             raise ValueError(f"{checkpoint} was written for another schedule")
         set_peft_model_state_dict(model, state["adapter"])

@@ -3,7 +3,8 @@ target call, as the same ``Record`` a verified generation makes (records.py), so
 trainer, losses and guard take them unchanged.
 
 The text is a corpus answer (``teacher_record``) or the target's own greedy continuation
-(``greedy_answer``, one target call per token). Either way the drafter-side ids come from the
+(``greedy_answer``, one target call per token; ``greedy_answers``, one batched generation for
+many prompts, where a step of a batch costs about one of a prompt: on a GPU). Either way the drafter-side ids come from the
 same reverse translation decoding uses (translate/reverse.py), and the rows are the target's
 top-k at every answer position. Knows the LM contract, tokenizers and the vocabulary map;
 nothing about where samples come from or how they are trained on.
@@ -42,6 +43,30 @@ def greedy_answer(target: LM, prompt_ids: list[int], max_tokens: int, stop: set[
 
 
 @torch.no_grad()
+def greedy_answers(model, prompts: list[list[int]], max_tokens: int, stop: set[int]) -> list[list[int]]:
+    """``greedy_answer`` of each prompt (target ids) by one left-padded batched generation of the
+    HF causal LM ``model`` on its device; each answer cut before its first stop id. The batch's
+    arithmetic differs from one prompt's in rounding: on near-ties its text may too (these are
+    training texts; no user output comes from here)."""
+    from transformers import GenerationConfig
+
+    dev = model.get_input_embeddings().weight.device
+    pad, width = min(stop), max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # [B, W] left-padded
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[b, width - len(p):] = 1
+    gen = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, eos_token_id=sorted(stop), pad_token_id=pad)
+    out = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), generation_config=gen)  # [B, W + T]
+    answers = []
+    for row in out[:, width:].tolist():
+        cut = next((i for i, t in enumerate(row) if t in stop), len(row))
+        answers.append(row[:cut])
+    return answers
+
+
+@torch.no_grad()
 def teacher_record(pair, target: LM, prompt: str, chat: bool, answer: list[int], topk: int) -> Record | None:
     """One record teaching the drafter the target's distribution at every position of ``answer``
     (target ids) after ``prompt``; None when the answer is empty. ``pair``: a PairState (the two
@@ -53,7 +78,7 @@ def teacher_record(pair, target: LM, prompt: str, chat: bool, answer: list[int],
     ids = t_prompt + answer
     target.reset()
     logits = target.extend(ids).logits[len(t_prompt) - 1:len(ids) - 1]  # [len(answer), V]: before each answer id
-    top_ids, top_probs = topk_rows(logits, topk)
+    top_ids, top_probs = (t.cpu() for t in topk_rows(logits, topk))  # a target on a GPU ranks there
     ctx = DraftContext(pair.draft_tok, pair.vmap, encode_prompt(pair.draft_tok, prompt, chat=chat))
     ctx.append_target(answer)
     return build_record(pair.vmap, Verified(ctx.prompt_ids, ctx.gen_ids, ctx.tail, answer, top_ids, top_probs))

@@ -2,8 +2,9 @@
 
 Records from verified generations enter a buffer Q; every ``update_interval`` records the
 drafter takes AdamW steps over Q in batches, then Q is cleared. LoRA (peft, rank 32 on
-q/k/v/o by default) or full fine-tuning. Knows records, losses and the HF model; nothing about
-decoding or where records come from.
+q/k/v/o by default) or full fine-tuning. The model may sit on any device (a GPU for
+``omnidraft distill --device cuda``): batches follow its weights, records stay on the CPU. Knows
+records, losses and the HF model; nothing about decoding or where records come from.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ def base_model(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s weights are: the device its batches go to."""
+    return base_model(model).get_input_embeddings().weight.device
+
+
 _PER_POSITION = ("draft_ids", "kl_row", "ngram_p", "ngram_first", "ngram_len", "ngram_row",
                  "ngram_first_direct")
 
@@ -121,8 +127,8 @@ class OnlineTrainer:
         """Mean loss over the loss positions of ``records`` (every response token counts)."""
         cfg = self.cfg
         recs, ids, mask = padded_batch(records, cfg.max_tokens)
-        base = base_model(self.model)
-        hidden = base.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, L, H]
+        base, dev = base_model(self.model), model_device(self.model)
+        hidden = base.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state  # [B, L, H]
 
         kl_b, kl_i, kl_r = [], [], []  # direct-mapped positions and their rows
         ng_b, ng_i, ng_w, ng_rec = [], [], [], []  # n-gram positions
@@ -145,9 +151,9 @@ class OnlineTrainer:
         if count == 0:
             return total, {"positions": 0}
         if kl_i:
-            h = hidden[torch.tensor(kl_b), torch.tensor(kl_i) - 1]  # the state predicting token i
+            h = hidden[torch.tensor(kl_b, device=dev), torch.tensor(kl_i, device=dev) - 1]  # the state predicting i
             logq = torch.log_softmax(base.lm_head(h).float(), -1)  # [N, V]
-            rids, rprobs, rother = self._rows(recs, kl_r)
+            rids, rprobs, rother = self._rows(recs, kl_r, dev)
             dm = direct_loss(logq, rids, rprobs, rother, cfg.divergence)
             total = total + dm.sum()
             parts["dm"] = float(dm.detach().mean())
@@ -158,12 +164,13 @@ class OnlineTrainer:
                 total = total + rl * len(kl_i)
                 parts["specvocab"] = float(rl.detach())
         if ng_i:
-            h = hidden[torch.tensor(ng_b), torch.tensor(ng_i) - 1]
+            h = hidden[torch.tensor(ng_b, device=dev), torch.tensor(ng_i, device=dev) - 1]
             logq = torch.log_softmax(base.lm_head(h).float(), -1)  # [M, V]
-            tok = torch.tensor([int(recs[b].draft_ids[i]) for b, i in ng_rec])
+            tok = torch.tensor([int(recs[b].draft_ids[i]) for b, i in ng_rec], device=dev)
             tok_logq = logq.gather(1, tok.unsqueeze(1)).squeeze(1)  # [M]
             if cfg.loss == "dm+ngram":
-                lam = torch.tensor(ng_w) if cfg.ngram_lambda == "p" else torch.full((len(ng_i),), float(cfg.ngram_lambda))
+                lam = (torch.tensor(ng_w, device=dev) if cfg.ngram_lambda == "p"
+                       else torch.full((len(ng_i),), float(cfg.ngram_lambda), device=dev))
                 ng = ngram_nll(tok_logq, lam)
                 total = total + ng.sum()
                 parts["ngram"] = float(ng.detach().mean())
@@ -171,7 +178,9 @@ class OnlineTrainer:
                 total = total + self._approx(recs, ng_rec, logq, tok_logq)
         return total / count, {**parts, "positions": count}
 
-    def _rows(self, recs, refs):
+    def _rows(self, recs, refs, dev: torch.device):
+        """The target's rows ``refs`` ((batch index, row) pairs) padded to one width, on ``dev``:
+        ids [N, K] (-1 pad), probs [N, K], other-mass [N]."""
         K = max((recs[b].row_ids.shape[1] for b, _ in refs), default=1) or 1
         rids = torch.full((len(refs), K), -1, dtype=torch.long)
         rprobs = torch.zeros(len(refs), K)
@@ -181,7 +190,7 @@ class OnlineTrainer:
             rids[n, :k] = recs[b].row_ids[r].long()
             rprobs[n, :k] = recs[b].row_probs[r].float()
             rother[n] = float(recs[b].row_other[r])
-        return rids, rprobs, rother
+        return rids.to(dev), rprobs.to(dev), rother.to(dev)
 
     def _approx(self, recs, ng_rec, logq, tok_logq) -> torch.Tensor:
         """Sum of approximate-KL terms over whole n-gram segments in the batch."""
@@ -201,9 +210,10 @@ class OnlineTrainer:
             pn.append(float(r.ngram_p[i]))
         if not firsts:
             return logq.new_zeros(())
-        rids, rprobs, rother = self._rows(recs, refs)
-        terms = ngram_approx_kl(logq[firsts], torch.stack(seg), torch.tensor(direct), torch.tensor(pn),
-                                rids, rprobs, rother, self.cfg.divergence)
+        dev = logq.device
+        rids, rprobs, rother = self._rows(recs, refs, dev)
+        terms = ngram_approx_kl(logq[firsts], torch.stack(seg), torch.tensor(direct, device=dev),
+                                torch.tensor(pn, device=dev), rids, rprobs, rother, self.cfg.divergence)
         return terms.sum()
 
     # ------------------------------------------------------------------ updates

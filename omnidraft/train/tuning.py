@@ -32,7 +32,7 @@ from omnidraft.train.guard import judge
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
 from omnidraft.pairs.spec import PairSpec, pair_dir
 from omnidraft.train.records import Record
-from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora, base_model
+from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora, base_model, model_device
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,13 @@ def match_hits(model, records: list[Record], max_tokens: int = 256) -> torch.Ten
     """Teacher-forced greedy acceptance, position by position: [P] bool over the records'
     response positions that map to the target (direct or inside an n-gram), whether the
     drafter's argmax is the target's token. Needs no target model: the records hold its output."""
-    base = base_model(model)
+    base, dev = base_model(model), model_device(model)
     hits = []
     for rec in records:
         r = _truncate(rec, max_tokens)
         ids = r.draft_ids.long().unsqueeze(0)
-        logits = base(input_ids=ids).logits[0, :-1]  # [L-1, V] predicts positions 1..L-1
-        ok = logits.argmax(-1) == ids[0, 1:]
+        logits = base(input_ids=ids.to(dev)).logits[0, :-1]  # [L-1, V] predicts positions 1..L-1
+        ok = logits.argmax(-1).cpu() == ids[0, 1:]
         pos = torch.arange(1, r.length)
         use = (pos >= r.gen_start) & ((r.kl_row[1:] >= 0) | (r.ngram_p[1:] > 0))
         hits.append(ok[use])

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import omnidraft.train.teacher as teacher
 from omnidraft.errors import OmniDraftError
@@ -90,7 +91,30 @@ def test_bad_distill_options_are_one_line(tmp_path, monkeypatch):
         DistillConfig(heldout=(0, 0))  # the guard needs held-out prompts
     with pytest.raises(OmniDraftError, match="source must be one of"):
         DistillConfig(source="books")
+    with pytest.raises(OmniDraftError, match="device must be cpu, cuda or cuda:N"):
+        DistillConfig(device="gpu")
     out = subprocess.run([sys.executable, "-m", "omnidraft.cli", "distill", "--target", "qwen2.5-coder-0.5b",
                           "--code", "81"], capture_output=True, text=True, env={"OMNIDRAFT_HOME": str(tmp_path),
                                                                               "PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "code must be in 0..80" in out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_torch_cannot_see_is_one_line_and_writes_nothing(tmp_path):
+    env = {"OMNIDRAFT_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "omnidraft.cli", "distill", "--target", "qwen2.5-coder-0.5b",
+                          "--device", "cuda"], capture_output=True, text=True, env=env)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "torch sees no CUDA device" in out.stderr
+    assert not (tmp_path / "pairs").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device tier)")
+def test_distill_on_a_gpu_publishes_and_a_cpu_resumes_its_records(pair_paths):
+    drafter, target = pair_paths
+    gpu = distill(target, drafter, dataclasses.replace(CFG, device="cuda"))
+    assert gpu["publish"] and gpu["version"] == "v0001" and gpu["config"]["device"] == "cuda"
+    assert gpu["corpus_records"] == 4 and gpu["held_out_records"] == 4 and gpu["updates"] == 4
+    # the records the GPU made train on the CPU with no target: another epoch count retrains from them
+    cpu = distill(target, drafter, dataclasses.replace(CFG, epochs=2))
+    assert cpu["records"]["seconds"] == gpu["records"]["seconds"] and cpu["updates"] == 8
+    assert cpu["acceptance_before"] == pytest.approx(gpu["acceptance_before"], abs=1e-3)

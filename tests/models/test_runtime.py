@@ -129,3 +129,23 @@ def test_same_start_gives_every_run_on_a_prompt_the_cache_the_first_found():
     lm.extend([3, 4, 5])
     again()
     assert lm.tokens == [1, 2, 3, 4]
+
+
+def test_the_cache_goes_by_the_keyword_this_transformers_reads_also_through_peft(smollm_tok):
+    """An older transformers (5.17) reads ``past_key_values=`` and drops ``cache=`` unread: each
+    extend would then run uncached. The keyword is the base model's, also under a LoRA wrapper."""
+    import inspect
+
+    from omnidraft.models.lm import cache_kwarg
+    from omnidraft.train.trainer import TrainConfig, attach_lora
+
+    model = tiny("llama", vocab_len(smollm_tok), seed=3)
+    kw = cache_kwarg(model)
+    assert kw in inspect.signature(model.forward).parameters
+    assert cache_kwarg(attach_lora(model, TrainConfig())) == kw
+    lm = CausalLM(model)
+    ids = smollm_tok("def add(a, b):\n    return a + b")["input_ids"]
+    whole = lm.extend(ids).logits[-1]
+    lm.reset()
+    lm.extend(ids[:-1])
+    assert torch.allclose(lm.extend(ids[-1:]).logits[-1], whole, atol=1e-4)  # the cache was read

@@ -1,6 +1,8 @@
 """Teacher-forced records: the target's own greedy answer, teacher-forced in one call, makes the
 record a verified speculative generation of the same prompt makes (what the daemon trains on)."""
 
+import warnings
+
 import torch
 
 from omnidraft.decode.draft_length import FixedK
@@ -9,7 +11,7 @@ from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import encode_prompt, stop_ids
 from omnidraft.propose.config import SpecConfig
 from omnidraft.train.records import build_record
-from omnidraft.train.teacher import answer_ids, greedy_answer, teacher_record
+from omnidraft.train.teacher import answer_ids, greedy_answer, greedy_answers, teacher_record
 
 PROMPTS = [("def add(a, b):\n", False), ("Why is the sky blue?", True)]
 
@@ -39,3 +41,20 @@ def test_a_corpus_answer_is_cut_and_an_empty_one_makes_no_record(cross):
     rec = teacher_record(pair, target, "def add(a, b):\n", False, ids, 8)
     assert rec.length - rec.gen_start > 0 and rec.row_ids.shape[1] <= 8
     assert teacher_record(pair, target, "def add(a, b):\n", False, [], 8) is None
+
+
+def test_batched_greedy_answers_are_each_prompts_own_and_stop_where_it_would(cross):
+    _, target, pair = cross
+    texts = PROMPTS + [("x = [1, 2, 3]\n# the sum of x, printed\n", False)]
+    prompts = [encode_prompt(pair.target_tok, p, chat=c) for p, c in texts]
+    assert len({len(p) for p in prompts}) == len(prompts)  # left padding is exercised
+    stop = stop_ids(pair.target_tok)
+    one = [greedy_answer(target, ids, 20, stop) for ids in prompts]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert greedy_answers(target.model, prompts, 20, stop) == one
+    assert not caught, [str(w.message) for w in caught]
+    cut = stop | {one[0][5]}  # a token of the first answer becomes a stop: answers end before it
+    want = [greedy_answer(target, ids, 20, cut) for ids in prompts]
+    assert want[0] == one[0][:one[0].index(one[0][5])]
+    assert greedy_answers(target.model, prompts, 20, cut) == want
