@@ -1,7 +1,8 @@
 """The pre-adapted drafter (#54) against the zero adapter, on held-out code and chat prompts that
 are not in the distillation corpus (HumanEval 40+, our chat prompts 10+), interleaved per prompt
 (rotating order), greedy, prefill included: the pair with the distilled adapter, the pair with
-the drafter unadapted (each a Session on the same runtimes, the cost model choosing k and copies),
+the drafter unadapted (each a Session with its defaults on the same runtimes: the cost model
+choosing k and copies, drafts stopping after a token the drafter gives < 0.5),
 the target alone on the same runtime, llama.cpp alone on the target's GGUF and transformers'
 assisted generation at its best setting. Before the timed runs, each pair drafts a fixed k on
 the same prompts (untimed): the acceptance per draft position each adapter gets, which also
@@ -9,8 +10,8 @@ calibrates each session's cost model on its own adapter. With --gamma, the first
 with its acceptance head deciding each draft's length (stop once the predicted chance of a
 rejection passes gamma); with --priced, with the head ending each draft where the cost model
 prices drafting on below its cost; with --confidence, the first version and the zero adapter each
-stopping a draft after a token the drafter itself gives less than that probability. Every pair
-output is checked against the target alone's (lossless).
+stopping a draft after a token the drafter itself gives less than that probability (0: full
+drafts). Every pair output is checked against the target alone's (lossless).
 
   omnidraft distill --target qwen2.5-coder-1.5b && python scripts/bench_distill.py --target qwen2.5-coder-1.5b
 Writes bench/results/distill-<stamp>.{json,md}.
@@ -41,14 +42,15 @@ def main() -> int:
     ap.add_argument("--priced", action="store_true", help="a row with the first version's acceptance head "
                     "ending each draft where the cost model prices drafting on below its cost")
     ap.add_argument("--confidence", type=float, nargs="+", default=[], help="rows with the first version and the "
-                    "zero adapter each stopping a draft after a token the drafter gives less than this probability")
+                    "zero adapter each stopping a draft after a token the drafter gives less than this probability "
+                    "(0: full drafts)")
     ap.add_argument("--code", type=int, default=6)
     ap.add_argument("--chat", type=int, default=6)
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
     ap.add_argument("--target-runtime", default="executorch", help="the target's runtime for every pair row")
     ap.add_argument("--no-transformers", action="store_true", help="skip transformers' assisted generation")
     args = ap.parse_args()
-    for flag, values in (("gamma", args.gamma), ("confidence", args.confidence)):
+    for flag, values in (("gamma", args.gamma), ("confidence", [c for c in args.confidence if c])):
         if any(not 0.0 < v < 1.0 for v in values):
             ap.error(f"--{flag} must be in (0, 1), got {' '.join(map(str, values))}")
     benchsetup.start(args.threads)
@@ -78,11 +80,12 @@ def main() -> int:
         sessions[f"{distilled}, head priced"] = Session(args.drafter, args.target, adapter=version,
                                                         spec=SpecConfig(priced=True), runtime=runtime, log=False)
     sessions[zero] = Session(args.drafter, args.target, adapter="none", runtime=runtime, log=False)
-    confident = {}  # threshold -> (distilled row, zero-adapter row)
+    confident = {}  # a stopping rule -> (its distilled row, its zero-adapter row)
     for c in args.confidence:
-        confident[c] = (f"{distilled}, drafter confidence {c}", f"{zero}, drafter confidence {c}")
+        rule = f"drafter confidence {c}" if c else "full drafts"
+        confident[c] = (f"{distilled}, {rule}", f"{zero}, {rule}")
         for row, adapter in zip(confident[c], (version, "none")):
-            sessions[row] = Session(args.drafter, args.target, adapter=adapter, spec=SpecConfig(confidence=c),
+            sessions[row] = Session(args.drafter, args.target, adapter=adapter, spec=SpecConfig(confidence=c or None),
                                     runtime=runtime, log=False)
     first = sessions[distilled]
     alone_row = f"target alone ({first.target_runtime})"
@@ -151,9 +154,9 @@ def main() -> int:
             f"{tps[distilled] / llama:.2f}x" if llama else "",
             ", ".join(f"{per_fwd[r]:.2f}" for r in sessions),
             ", ".join(f"{per_fwd[r] / per_fwd[zero]:.2f}x" for r in sessions if r != zero)])
-    same_rule = [f"{set_name}, drafter confidence {c}: {version} / zero adapter "
+    same_rule = [f"{set_name}, {a.removeprefix(distilled + ', ')}: {version} / zero adapter "
                  f"{tally[set_name][a].tokens_per_s() / tally[set_name][b].tokens_per_s():.2f}x"
-                 for set_name in sets for c, (a, b) in confident.items()]
+                 for set_name in sets for a, b in confident.values()]
     pos_rows = []
     for set_name in sets:
         for row in sessions:
