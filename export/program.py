@@ -168,6 +168,7 @@ class DraftProgram(nn.Module):
         self.all_logits = all_logits
         _register_attention()
         self.lm = lm.eval()
+        self._cache_kw = cache_kwarg(lm.model)
         self.lm.config._attn_implementation = ATTENTION
         self.accept_head = head.eval()
         self.specvocab_ranker = ranker
@@ -239,7 +240,7 @@ class DraftProgram(nn.Module):
         if self.rot is not None:
             states = self._llama_layers(ids, positions, start)  # [1, T, H], after the final norm
         else:
-            states = self.lm.model(input_ids=ids, position_ids=positions, **{cache_kwarg(self.lm.model): self.kv},
+            states = self.lm.model(input_ids=ids, position_ids=positions, **{self._cache_kw: self.kv},
                                    use_cache=True, et_start_pos=start).last_hidden_state  # [1, T, H]
         hidden = states[:, -1, :]  # [1, H]
         if self.all_logits:

@@ -66,6 +66,7 @@ class SpecVocabLM(nn.Module):
         self.inner = model
         self.k = k
         self.ranker = SpecVocabHead(model.get_output_embeddings().weight, rank)
+        self._cache_kw = cache_kwarg(model.model)
 
     @property
     def config(self):
@@ -100,7 +101,7 @@ class SpecVocabLM(nn.Module):
     def forward(self, input_ids=None, position_ids=None, cache=None, use_cache=True,
                 output_hidden_states=False, logits_to_keep=0, **kw):
         body = self.inner.model(input_ids=input_ids, position_ids=position_ids,
-                                **{cache_kwarg(self.inner.model): cache}, use_cache=use_cache, **kw)
+                                **{self._cache_kw: cache}, use_cache=use_cache, **kw)
         h = body.last_hidden_state  # [1, n, H]
         if logits_to_keep:
             h = h[:, -logits_to_keep:]

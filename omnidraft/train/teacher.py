@@ -51,7 +51,7 @@ def greedy_answers(model, prompts: list[list[int]], max_tokens: int, stop: set[i
     from transformers import GenerationConfig
 
     dev = model.get_input_embeddings().weight.device
-    pad, width = min(stop), max(len(p) for p in prompts)
+    pad, width = min(stop, default=0), max(len(p) for p in prompts)  # pads are masked: any id does
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # [B, W] left-padded
     mask = torch.zeros_like(ids)
     for b, p in enumerate(prompts):
