@@ -161,12 +161,10 @@ def training_stage(bundle: Path, cpu_cfg: dict, device: str, records: int, log) 
         match_hits(model, held, cfg.train.max_tokens)
         check = _sync() - t0
         every = max(1, len(order) // 8)
-        last = [0.0]
 
         def progress(p) -> None:
             if p.done % every < cfg.train.update_interval or p.done == p.total:
                 log(f"training {p.done}/{p.total}: {p.seconds:.0f} s")
-            last[0] = p.seconds
 
         done = train(model, head, order, rows.__getitem__, Path(tmp) / "checkpoint.pt",
                      RoundConfig(train=cfg.train, head=cfg.head), cfg.checkpoint_every, on_progress=progress)

@@ -94,7 +94,7 @@ class CausalLM:
         if self.length + k > self.max_length:
             raise ValueError(
                 f"{self.name}: {self.length + k} tokens exceed the context window of {self.max_length}")
-        dev = self.model.get_input_embeddings().weight.device
+        dev = lm_ops.model_device(self.model)
         input_ids = torch.tensor([ids], dtype=torch.long, device=dev)  # [1, k]
         position_ids = torch.arange(self.length, self.length + k, device=dev).unsqueeze(0)  # [1, k]
         try:

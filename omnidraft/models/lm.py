@@ -15,6 +15,11 @@ from typing import Callable, Protocol
 import torch
 
 
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """A Hugging Face model itself: a peft wrapper's base model, else ``model``."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def cache_kwarg(model: torch.nn.Module) -> str:
     """The name a Hugging Face model's forward takes its KV cache by: ``cache`` in recent
     transformers, ``past_key_values`` before (5.17 has only that, and drops an unknown ``cache=``
@@ -22,8 +27,13 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     either through: its base model's forward decides."""
     import inspect
 
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(_unwrapped(model).forward).parameters else "past_key_values"
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a Hugging Face model's weights are (a GPU for ``omnidraft distill --device cuda``):
+    the device its inputs go to."""
+    return _unwrapped(model).get_input_embeddings().weight.device
 
 
 @dataclass

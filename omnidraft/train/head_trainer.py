@@ -18,10 +18,11 @@ from collections import deque
 import torch
 
 from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.models.lm import model_device
 from omnidraft.train.head_labels import acceptance_labels, weighted_bce
 from omnidraft.errors import OmniDraftError
 from omnidraft.train.records import Record
-from omnidraft.train.trainer import OnlineTrainer, base_model, model_device, padded_batch
+from omnidraft.train.trainer import OnlineTrainer, base_model, padded_batch
 
 MODES = ("joint", "interleaved", "adapt")
 _CHUNK = 256  # LM-head rows per chunk when scoring a batch (bounds the [rows, V] logits)

@@ -17,7 +17,7 @@ import torch
 from omnidraft.decode.generate import Verified
 from omnidraft.decode.target import topk_rows
 from omnidraft.decode.text import encode_prompt
-from omnidraft.models.lm import LM
+from omnidraft.models.lm import LM, model_device
 from omnidraft.train.records import Record, build_record
 from omnidraft.translate.reverse import DraftContext
 
@@ -50,7 +50,7 @@ def greedy_answers(model, prompts: list[list[int]], max_tokens: int, stop: set[i
     training texts; no user output comes from here)."""
     from transformers import GenerationConfig
 
-    dev = model.get_input_embeddings().weight.device
+    dev = model_device(model)
     pad, width = min(stop, default=0), max(len(p) for p in prompts)  # pads are masked: any id does
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)  # [B, W] left-padded
     mask = torch.zeros_like(ids)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.models.lm import model_device
 from omnidraft.train.losses import DIVERGENCES, direct_loss, ngram_approx_kl, ngram_nll
 from omnidraft.train.records import Record
 
@@ -71,11 +72,6 @@ def attach_lora(model: torch.nn.Module, cfg: TrainConfig, name: str = "default")
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
     """The HF causal LM inside ``model``: its peft base model if LoRA-wrapped, else itself."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """Where ``model``'s weights are: the device its batches go to."""
-    return base_model(model).get_input_embeddings().weight.device
 
 
 _PER_POSITION = ("draft_ids", "kl_row", "ngram_p", "ngram_first", "ngram_len", "ngram_row",

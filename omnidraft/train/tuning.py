@@ -26,13 +26,14 @@ from typing import Callable
 import torch
 
 from omnidraft.models.acceptance import AcceptanceHead, HeadConfig
+from omnidraft.models.lm import model_device
 from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
 from omnidraft.train.guard import judge
 from omnidraft.train.head_trainer import AdaptiveTrainer, HeadTrainer
 from omnidraft.pairs.spec import PairSpec, pair_dir
 from omnidraft.train.records import Record
-from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora, base_model, model_device
+from omnidraft.train.trainer import OnlineTrainer, TrainConfig, _truncate, attach_lora, base_model
 
 
 @dataclass(frozen=True)
