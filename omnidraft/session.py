@@ -116,6 +116,7 @@ class Session:
         self.engine = self.engine_choice = None
         self.routes: list[Route] = []  # when generations choose their runtime (pairs/routing.py)
         if self.alone:
+            self._hold_preamble()
             return
         self._pair_state()
         self.draft_length = fixed or (FixedK(REMOTE_K) if target.remote else self._cost_model())
@@ -124,6 +125,7 @@ class Session:
         if isinstance(self.target, OpenAITarget) and fixed is None:  # a serving engine; not when k is fixed
             self.engine = self.target
             self.engine_choice = EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
+        self._hold_preamble()
         self.log = VerificationLog(log_path()) if log else None
 
     # ------------------------------------------------------------------ building
@@ -190,8 +192,15 @@ class Session:
                                 progress=lambda s: _note(f"cost model: {s}"))
         routes = [Route(self.target_runtime, self.target, self.draft_length, self.cost_path, self.cost_on),
                   Route(other, LocalTarget(lm, self.sampling, self.verify), dl, path, on)]
-        warm(routes, chat_preamble(self.target_tok))
+        warm([r.target.model for r in routes], chat_preamble(self.target_tok))
         return sorted(routes, key=lambda r: r.runtime in INEXACT)
+
+    def _hold_preamble(self) -> None:
+        """A local target's cache starts holding the chat template's preamble, as every route's does:
+        the first chat prompt reads only its own turn, as later ones do (after the cost model, whose
+        timed calls replace the cache)."""
+        if self.target_model is not None:
+            warm([self.target_model], chat_preamble(self.target_tok))
 
     def _take(self, route) -> None:
         """Run the next generation on ``route``'s target and cost model."""

@@ -104,9 +104,9 @@ def main() -> int:
     from baselines import BEST, assisted_name, baselines
     from omnidraft import Runtime, Session
     from omnidraft.decode.generate import generate_ar
-    from omnidraft.decode.text import chat_preamble, encode_prompt, stop_ids
+    from omnidraft.decode.text import encode_prompt, stop_ids
     from omnidraft.jobs.demo import copy_work
-    from omnidraft.models.lm import same_start, sync
+    from omnidraft.models.lm import same_start
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.pairs.runtime_choice import load, resolve
     from omnidraft.pairs.spec import pair_name
@@ -124,12 +124,6 @@ def main() -> int:
     sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
             "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=12)],
             "copy-heavy": [(p, True) for p in copy_work(args.copy)]}
-    # every target's cache starts holding the chat preamble, as llama.cpp alone's holds the previous prompt
-    # (a routed Session's do already; same_start would otherwise read the preamble again on every prompt)
-    preamble = chat_preamble(ttok)
-    for m in {id(m): m for s in sessions.values() for m in targets(s)}.values():
-        if preamble:
-            sync(m, preamble)
     rows = list(sessions) + list(alone) + list(runs)
     tally = {s: {r: benchio.Tally() for r in rows} for s in sets}
     forwards = defaultdict(int)

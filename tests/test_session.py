@@ -97,6 +97,25 @@ def _refs(model_dir: str, tok, prompts: list[str], n: int) -> list[list[int]]:
     return [generate_ar(t, tok, p, max_new_tokens=n).token_ids for p in prompts]
 
 
+def test_a_local_target_starts_holding_the_chat_preamble(home, models, qwen_tok):
+    """A Session's local target reads the chat template's preamble once, when it loads (as both
+    routes' do), paired or alone: a chat prompt then reads only its own turn, and the answer is
+    still the target's own greedy output."""
+    from omnidraft import Session
+    from omnidraft.decode.text import chat_preamble
+    from omnidraft.models.loading import load_model
+
+    drafter, target = models
+    preamble = chat_preamble(qwen_tok)
+    t = LocalTarget(load_model(target, dtype="fp32"))
+    ref = generate_ar(t, qwen_tok, PROMPTS[1], max_new_tokens=12, chat=True).token_ids
+    for s in (Session(drafter, target, runtime=FP32, log=False), Session(None, target, runtime=FP32)):
+        assert len(preamble) > 10 and s.target_model.tokens == preamble
+        assert s.generate(PROMPTS[1], max_new_tokens=12, chat=True).token_ids == ref
+        assert s.target_model.tokens[:len(preamble)] == preamble
+        s.close()
+
+
 def test_a_session_serves_an_apps_worker_threads_in_turn(home, models, qwen_tok):
     """Made on the main thread, used from a worker (what an app with a UI does) and from two
     threads at once: every generation is the target's own greedy output, returns its own Result,

@@ -38,11 +38,12 @@ class Route:
     cost_on: dict
 
 
-def warm(routes: list[Route], preamble: list[int]) -> None:
-    """Every route's target cache holds ``preamble`` (ids every chat prompt starts with)."""
-    if preamble:
-        for r in routes:
-            sync(r.target.model, preamble)
+def warm(models: list, preamble: list[int]) -> None:
+    """Every one of ``models`` (LMs) holds ``preamble`` (ids every chat prompt starts with) at the
+    start of its cache; one that already does is left as it is."""
+    for m in models:
+        if preamble and m.tokens[:len(preamble)] != preamble:
+            sync(m, preamble)
 
 
 def forecast(route: Route, prompt_ids: list[int]) -> dict[str, float]:

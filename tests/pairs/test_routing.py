@@ -65,7 +65,7 @@ def test_a_runtime_not_chosen_yet_is_not_priced_for_the_preamble_the_other_holds
     assert common_prefix(preamble, encode_prompt(qwen_tok, "Hi", chat=True)) == len(preamble)
     program, llama = route("executorch", PROGRAM, cached=preamble), route("llamacpp", LLAMACPP)
     assert choose([program, llama], prompt, 64)[0] is program  # llama.cpp priced for the system prompt
-    warm([program, llama], preamble)
+    warm([program.target.model, llama.target.model], preamble)
     assert llama.target.model.tokens == preamble
     assert choose([program, llama], prompt, 64)[0] is llama  # only the question left: the faster decoder
 
