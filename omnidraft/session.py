@@ -192,15 +192,15 @@ class Session:
                                 progress=lambda s: _note(f"cost model: {s}"))
         routes = [Route(self.target_runtime, self.target, self.draft_length, self.cost_path, self.cost_on),
                   Route(other, LocalTarget(lm, self.sampling, self.verify), dl, path, on)]
-        warm([r.target.model for r in routes], chat_preamble(self.target_tok))
         return sorted(routes, key=lambda r: r.runtime in INEXACT)
 
     def _hold_preamble(self) -> None:
-        """A local target's cache starts holding the chat template's preamble, as every route's does:
-        the first chat prompt reads only its own turn, as later ones do (after the cost model, whose
-        timed calls replace the cache)."""
-        if self.target_model is not None:
-            warm([self.target_model], chat_preamble(self.target_tok))
+        """Every local target's cache (each route's, where generations are routed) starts holding the
+        chat template's preamble: the first chat prompt reads only its own turn, as later ones do, and
+        a runtime not chosen yet is not priced for a system prompt the other holds. After the cost
+        models, whose timed calls replace the cache."""
+        models = [r.target.model for r in self.routes] or [self.target_model]
+        warm([m for m in models if m is not None], chat_preamble(self.target_tok))
 
     def _take(self, route) -> None:
         """Run the next generation on ``route``'s target and cost model."""
