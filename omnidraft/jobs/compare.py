@@ -34,14 +34,15 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say: 
     alone when ``ar`` (an OpenAI-API target: its engine alone), and on ``llamacpp`` when given.
     Whole-generation and decode-only (prefill excluded) tokens/s for the pair and the target
     alone; whole-generation for llama.cpp (it reports no prefill time). ``budget_s``: start no
-    prompt after that many seconds. ``show``: sees each prompt, the pair's text as it streams
+    prompt the prompts so far (their mean time) predict to end after that many seconds; the
+    first always runs. ``show``: sees each prompt, the pair's text as it streams
     and each prompt's row of figures (else ``say`` draws a progress bar)."""
     engine = session.engine if session.spec.remote else None  # an OpenAI-API target's engine
     t0 = time.perf_counter()
     tot = dict.fromkeys(COUNTS, 0)
     translate: list[float] = []
     for n, p in enumerate(prompts):
-        if budget_s is not None and n and time.perf_counter() - t0 > budget_s:
+        if budget_s is not None and n and (time.perf_counter() - t0) * (n + 1) / n > budget_s:
             break
         session.new_conversation()  # unrelated prompts: none copies from another's answer
         ids = encode_prompt(session.target_tok, p, chat=chat)

@@ -65,23 +65,26 @@ def cpu_info() -> dict:
             "native_bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16"))}
 
 
-def time_calls(lm, width: int, reps: int = 7, context: int = CONTEXT) -> float:
-    """Median ms of ``lm.extend`` of ``width`` tokens after ``context`` cached tokens, rolled back
-    after each call (the cache holds the same state for every call). The first call is a warm-up."""
+def time_calls(lm, width: int, reps: int = 7, context: int = CONTEXT, warmup: bool = True) -> float:
+    """Median ms of ``reps`` calls of ``lm.extend`` of ``width`` tokens after ``context`` cached
+    tokens, rolled back after each call (the cache holds the same state for every call), after
+    one untimed call with ``warmup`` (an LM's first calls; once it is warm, the median leaves out
+    a first call at a new width). The context is synced, not read anew: timing several widths
+    reads it once (on llama.cpp a 64-token read costs ~1.5 s per width on an AVX2-only EPYC)."""
     if context + width > lm.max_length:
         raise OmniDraftError(f"{lm.name}: {context + width} tokens exceed its context of {lm.max_length}")
     vocab = lm.vocab_size
     base = [(100 + i * 37) % vocab for i in range(context)]
-    lm.prefill(base)
+    lm.sync(base)
     ids = [(500 + i) % vocab for i in range(width)]
     last_only = not _all_rows(lm)  # a drafter program computes the last row only
     times = []
-    for _ in range(reps + 1):
+    for _ in range(reps + warmup):
         t0 = time.perf_counter()
         lm.extend(ids, last_only=last_only)
         times.append((time.perf_counter() - t0) * 1e3)
         lm.rollback(width)
-    return statistics.median(times[1:])
+    return statistics.median(times[int(warmup):])
 
 
 def _all_rows(lm) -> bool:
@@ -308,14 +311,14 @@ def measure(target, drafter=None, widths: tuple[int, ...] = WIDTHS, reps: int = 
     """Time ``target`` (an LM) at each width and ``drafter`` (an LM) per token, one at a time and
     reading CATCHUP tokens in one call."""
     verify = {}
-    for w in widths:
-        verify[w] = round(time_calls(target, w, reps), 3)
+    for i, w in enumerate(widths):
+        verify[w] = round(time_calls(target, w, reps, warmup=i == 0), 3)
         if progress:
             progress(f"verify width {w}: {verify[w]:.1f} ms")
     if drafter is None:
         return CostModel(verify_ms=verify, drafter_ms=0.0)
     drafter_ms = round(time_calls(drafter, 1, reps), 3)
-    catchup_ms = round(time_calls(drafter, CATCHUP, reps) / CATCHUP, 3)
+    catchup_ms = round(time_calls(drafter, CATCHUP, reps, warmup=False) / CATCHUP, 3)
     if progress:
         progress(f"drafter: {drafter_ms:.1f} ms per token, {catchup_ms:.2f} ms per token read {CATCHUP} at a time")
     return CostModel(verify_ms=verify, drafter_ms=drafter_ms, catchup_ms=catchup_ms)

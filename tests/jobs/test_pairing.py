@@ -34,6 +34,25 @@ def test_calibration_reports_the_pair_against_llama_cpp_on_the_same_prompts(home
     assert "vs_llamacpp" not in without
 
 
+def test_no_prompt_starts_that_the_prompts_so_far_predict_to_end_past_the_budget(home, models):  # noqa: F811
+    import time
+
+    from omnidraft import Session
+
+    s = Session(*models, runtime=FP32, log=False, k=2)
+
+    def slow_llama(ids, new):  # each prompt takes > 0.4 s: a second one would end past 0.6 s
+        time.sleep(0.4)
+        return new, 0.4
+
+    c = measure(s, PROMPTS[:3], max_new_tokens=4, ar=False, say=lambda *a, **k: None, budget_s=0.6,
+                llamacpp=slow_llama)
+    roomy = measure(s, PROMPTS[:3], max_new_tokens=4, ar=False, say=lambda *a, **k: None, budget_s=60,
+                    llamacpp=slow_llama)
+    s.close()
+    assert c["prompts"] == 1 and roomy["prompts"] == 3
+
+
 def test_an_inexact_runtime_asked_with_exact_is_refused_before_the_programs_are_built(home, models,  # noqa: F811
                                                                                          monkeypatch):
     import pytest

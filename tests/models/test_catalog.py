@@ -110,7 +110,7 @@ def test_cli_json_output(tmp_path, smollm_tok, capsys):
     assert len(out["token_ids"]) == 5 and out["metrics"]["strategy"] == "ar"
 
 
-def test_conversion_parses_each_gguf_once_and_builds_each_name_table_once(tmp_path):
+def test_conversion_parses_each_gguf_once_over_a_plain_array_and_builds_each_name_table_once(tmp_path):
     import gguf
     import numpy as np
 
@@ -127,7 +127,25 @@ def test_conversion_parses_each_gguf_once_and_builds_each_name_table_once(tmp_pa
         first = gguf.GGUFReader(path)
         assert gguf.GGUFReader(str(path)) is first
         assert np.array_equal(first.tensors[0].data, real_reader(path).tensors[0].data)
+        # sliced as a plain array (no memmap bookkeeping per slice), read-only as the memmap is
+        assert type(first.data) is np.ndarray and not first.data.flags.writeable
+        assert list(first.fields) == list(real_reader(path).fields)
         table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
         assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
         assert table.get_name("model.embed_tokens") == "token_embd"
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (real_reader, real_map)
+
+
+def test_a_tokenizer_written_from_the_gguf_alone_is_the_models_own(tmp_path, monkeypatch, qwen_tok):
+    from transformers import AutoTokenizer
+
+    real_subdir = catalog.subdir
+    monkeypatch.setattr(catalog, "is_fetched", lambda name: False)  # a target that runs from its GGUF
+    monkeypatch.setattr(catalog, "subdir", lambda *p: (tmp_path.joinpath(*p) if p[0] == "tokenizers"
+                                                       else real_subdir(*p)))
+    folder = catalog.tokenizer_dir("qwen2.5-coder-0.5b")
+    assert folder == tmp_path / "tokenizers" / "qwen2.5-coder-0.5b"
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    text = "def f(x):\n    return x ** 2  # the square, 平方\n"
+    assert tok(text).input_ids == qwen_tok(text).input_ids and tok.chat_template == qwen_tok.chat_template
+    assert catalog._tokenizer_type(catalog.ensure_gguf("qwen2.5-coder-0.5b")) == {"tokenizer_type": "qwen2"}

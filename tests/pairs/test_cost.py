@@ -94,6 +94,20 @@ def test_timing_leaves_the_cache_as_it_was():
     assert ms > 0 and lm.length == 16
 
 
+def test_timing_several_widths_reads_the_context_once_and_warms_up_once():
+    from omnidraft.models.eager import CausalLM
+    from omnidraft.pairs.cost import measure
+
+    lm = CausalLM(tiny("llama", 300))
+    fed = []
+    extend = lm.extend
+    lm.extend = lambda ids, **kw: (fed.append(len(ids)), extend(ids, **kw))[1]
+    measure(lm, None, (1, 2, 4), reps=2)
+    # the 64-id context read once and a warm-up call; each later width re-feeds the context's last
+    # id (a sync always feeds one), then 2 timed calls of that width
+    assert fed == [64, 1, 1, 1, 1, 2, 2, 1, 4, 4]
+
+
 def test_cpu_info_names_the_flags():
     info = cpu_info()
     assert info["cores"] >= 1 and isinstance(info["flags"], list)
