@@ -35,8 +35,8 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say: 
     Whole-generation and decode-only (prefill excluded) tokens/s for the pair and the target
     alone; whole-generation for llama.cpp (it reports no prefill time). ``budget_s``: start no
     prompt the prompts so far (their mean time) predict to end after that many seconds; the
-    first always runs. ``show``: sees each prompt, the pair's text as it streams
-    and each prompt's row of figures (else ``say`` draws a progress bar)."""
+    first always runs. ``show``: sees each prompt, the pair's text as it streams and each
+    prompt's row of figures (else ``say`` draws a progress bar)."""
     engine = session.engine if session.spec.remote else None  # an OpenAI-API target's engine
     t0 = time.perf_counter()
     tot = dict.fromkeys(COUNTS, 0)
