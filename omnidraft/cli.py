@@ -126,7 +126,7 @@ def _cmd_cost(args) -> int:
            "drafter_runtime": runtime_name(drafter, "fp32") if drafter else None,
            "cpu": cpu["model"], "cpu_flags": cpu["flags"], "native_bf16": cpu["native_bf16"],
            "threads": _threads(), "verify_ms": model.verify_ms, "drafter_ms": model.drafter_ms,
-           "catchup_ms": model.catchup_ms,
+           "catchup_ms": model.catchup_ms, "read_ms_per_id": model.read_ms,
            "verify_ratio": {w: round(ms / model.verify_ms[widths[0]], 3) for w, ms in model.verify_ms.items()}}
     if args.json:
         print(json.dumps(out))
@@ -136,6 +136,7 @@ def _cmd_cost(args) -> int:
     print("  width  ms      x one token")
     for w, ms in model.verify_ms.items():
         print(f"  {w:>5}  {ms:>6.1f}  {out['verify_ratio'][w]:.2f}")
+    print(f"  a prompt read: {model.read_ms:.2f} ms per id, {widths[-1]} at a time (the last row's logits only)")
     if drafter is not None:
         print(f"drafter {args.drafter} on {out['drafter_runtime']}: {model.drafter_ms:.1f} ms per token, "
               f"{model.catchup_ms:.2f} ms per token reading committed text (its catch-up)")

@@ -33,7 +33,7 @@ def replayed(rounds: list[tuple[list[float], list[float], int]], stop, model) ->
     for head_p, draft_p, kept in rounds:
         n = stop(head_p, draft_p, kept)
         tokens += min(kept, n) + 1
-        ms += model.round_ms(n + 1, n) + model.drafted_extra_ms
+        ms += model.spent_ms(n + 1, n)
     return 1e3 * tokens / ms
 
 

@@ -277,8 +277,7 @@ class CostModelK:
                 "best_k_tokens_per_s": round(self.model.tokens_per_s(self.rates(), best), 3),
                 "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left),
                 "drafted_share": round(self.drafted_share(), 3),
-                "extra_ms": {"drafted": round(self.model.drafted_extra_ms, 2),
-                             "plain": round(self.model.plain_extra_ms, 2)},
+                "drafted_extra_ms": round(self.model.drafted_extra_ms, 2), "pace": round(self.model.pace, 3),
                 "lookup_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m)] for m in sorted(self.lookup_counts)}}
 
 

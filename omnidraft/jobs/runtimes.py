@@ -28,8 +28,9 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     (a local one whose cost model and acceptance the session holds)."""
     dl = session.draft_length
     say(f"timing the target on {session.target_runtime} ...")  # again: a timing saved earlier may be stale
-    dl.model.verify_ms = cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS).verify_ms
-    dl.model.drafted_extra_ms = dl.model.plain_extra_ms = 0.0  # gaps to the old timing; each runtime learns its own
+    timed = cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS)
+    dl.model.verify_ms, dl.model.read_ms = timed.verify_ms, timed.read_ms
+    dl.model.drafted_extra_ms, dl.model.pace = 0.0, 1.0  # against the old timing; each runtime learns its own
     dl.model.prefill_scale = 1.0
     dl.reestimate()
     session.save_cost()
@@ -44,7 +45,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
             continue
         say(f"timing the target on {runtime} ...")
         timed = cost.measure(lm, None, cost.WIDTHS, reps=cost.REPS)
-        models[runtime] = replace(dl.model, verify_ms=timed.verify_ms)  # the same drafter and translation
+        models[runtime] = replace(dl.model, verify_ms=timed.verify_ms, read_ms=timed.read_ms)  # same drafter
         on = cost.measured_on(cost.runtime_name(lm, session.runtime.dtype), cost.runtime_name(session.drafter, "fp32"))
         cost.save(cost.cost_file(session.spec.name, on["target_runtime"]), models[runtime], dl.reached, dl.accepted, on)
         del lm

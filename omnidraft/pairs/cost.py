@@ -4,13 +4,16 @@ A round drafts k tokens (k drafter forwards), verifies them in one target call o
 commits the accepted prefix plus one target token. With ``v(n)`` the target's time for an
 n-token call, ``c`` the drafter's time per token and ``a_i`` the probability that draft position
 i is accepted given that positions before it were, the expected tokens per round are
-``1 + sum_j prod_{i<=j} a_i`` and the pair's speed ``E[tokens] / (v(k+1) + k c + t + e)`` (t: the
-measured translation time per round; e: what drafted rounds measured in generations cost beyond
-the timed terms). Plain decoding runs at ``1 / (v(1) + e0)`` (e0: the same for rounds without a
-draft), so a choice that only pays on paper is seen not to once rounds have run; ``choose`` picks the
-k that maximises the pair's speed and k = 0 (the target alone) when no k beats plain decoding.
-A copy from the context costs v(n + 1) alone. The drafter's ms per token when it reads committed
+``1 + sum_j prod_{i<=j} a_i`` and the pair's speed ``E[tokens] / (p (v(k+1) + k c + t) + e)`` (t:
+the measured translation time per round; p: the machine's pace, rounds without a draft measured
+in generations against v; e: what drafted rounds cost beyond the paced timed terms). Plain
+decoding runs at ``1 / (p v(1))``, so a choice that only pays on paper is seen not to once rounds
+have run, and a machine that slows down slows both alike (a slowdown seen only in plain rounds
+does not make drafting look faster); ``choose`` picks the k that maximises the pair's speed and
+k = 0 (the target alone) when no k beats plain decoding. A copy from the context costs p v(n + 1). The drafter's ms per token when it reads committed
 text in one call (``catchup_ms``) prices its catch-up (decode/draft_length.py decides with it).
+A prompt read computes the last position's logits only, so it is priced from a timed read
+(``read_ms``), not from the verify calls, whose every row pays the LM head.
 
 Measurements go through the runtimes' own ``extend``/``rollback`` (the calls verification and
 drafting make). A pair's model and the acceptance counts pairing measured are kept in
@@ -39,6 +42,7 @@ WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32)
 CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied text's worth)
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
 REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
+READ_REPS = 2  # timed prompt reads (last row only) at the widest width; prompt reads refine the price online
 ROUND_WEIGHT = 0.05  # a round's weight in the running estimate of what rounds cost beyond the model
 PREFILL_WEIGHT = 0.2  # a prompt read's weight in the running estimate of prefill / its timed price
 DECODE_WEIGHT = 0.2  # a generation's weight in the running estimate of decoding time / its prediction
@@ -65,19 +69,22 @@ def cpu_info() -> dict:
             "native_bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16"))}
 
 
-def time_calls(lm, width: int, reps: int = 7, context: int = CONTEXT, warmup: bool = True) -> float:
+def time_calls(lm, width: int, reps: int = 7, context: int = CONTEXT, warmup: bool = True,
+               last_only: bool | None = None) -> float:
     """Median ms of ``reps`` calls of ``lm.extend`` of ``width`` tokens after ``context`` cached
     tokens, rolled back after each call (the cache holds the same state for every call), after
     one untimed call with ``warmup`` (an LM's first calls; once it is warm, the median leaves out
     a first call at a new width). The context is synced, not read anew: timing several widths
-    reads it once (on llama.cpp a 64-token read costs ~1.5 s per width on an AVX2-only EPYC)."""
+    reads it once (on llama.cpp a 64-token read costs ~1.5 s per width on an AVX2-only EPYC).
+    ``last_only``: logits for the last row only (a prompt read); None: every row where ``lm``
+    verifies (a target), the last row only for a drafter program."""
     if context + width > lm.max_length:
         raise OmniDraftError(f"{lm.name}: {context + width} tokens exceed its context of {lm.max_length}")
     vocab = lm.vocab_size
     base = [(100 + i * 37) % vocab for i in range(context)]
     lm.sync(base)
     ids = [(500 + i) % vocab for i in range(width)]
-    last_only = not _all_rows(lm)  # a drafter program computes the last row only
+    last_only = not _all_rows(lm) if last_only is None else last_only  # a drafter program: the last row only
     times = []
     for _ in range(reps + warmup):
         t0 = time.perf_counter()
@@ -96,11 +103,14 @@ def _all_rows(lm) -> bool:
 @dataclass
 class CostModel:
     """v(n) in ms by call width, the drafter's ms per token, translation ms per round, and the
-    drafter's ms per token when it reads committed text in one call (its catch-up), all timed
-    call by call; and what a round costs beyond those terms, learnt from the rounds generations
-    run (``observe_round``: the loop, verification, reverse translation, n-gram learning, the
-    drafter's rollback, a machine slower than when it was timed), for rounds that drafted and
-    for rounds that did not (the target alone, copies); and how a prompt read compares with its
+    drafter's ms per token when it reads committed text in one call (its catch-up), and the
+    target's ms per prompt id read in one call of the widest width (``read_ms``: the last row's
+    logits only; 0 where a model was saved without it), all timed call by call; and, learnt from
+    the rounds generations run (``observe_round``), the machine's ``pace`` (rounds that did not
+    draft, the target alone and copies, against their timed call: a machine busier or slower than
+    when it was timed, the loop) and what a drafted round costs beyond its paced timed terms
+    (``drafted_extra_ms``: verification, reverse translation, n-gram learning, the drafter's
+    rollback); and how a prompt read compares with its
     price from the timed calls (``observe_prefill``: a long prompt is read in calls wider than the
     widest timed, or on a busier machine); and how a generation's decoding compares with its
     prediction from drafts (``observe_decode``: copies from the context, which only the work itself
@@ -110,8 +120,9 @@ class CostModel:
     drafter_ms: float
     translate_ms: float = 0.0
     catchup_ms: float = 0.0
+    read_ms: float = 0.0
     drafted_extra_ms: float = 0.0
-    plain_extra_ms: float = 0.0
+    pace: float = 1.0
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
 
@@ -145,9 +156,7 @@ class CostModel:
         return total
 
     def tokens_per_s(self, accept: list[float], k: int) -> float:
-        if k == 0:
-            return 1e3 / (self.v(1) + self.plain_extra_ms)
-        return 1e3 * self.expected_tokens(accept, k) / (self.round_ms(k + 1, k) + self.drafted_extra_ms)
+        return 1e3 * self.expected_tokens(accept, k) / self.spent_ms(k + 1, k)
 
     def round_ms(self, width: int, forwards: int, read: int = 0) -> float:
         """A round's ms by the timed terms: a ``width``-token verify call, ``forwards`` drafter
@@ -156,22 +165,37 @@ class CostModel:
             return self.v(width)
         return self.v(width) + forwards * self.drafter_ms + self.translate_ms + read * self.catchup_ms
 
+    def spent_ms(self, width: int, forwards: int, read: int = 0) -> float:
+        """A round's predicted wall ms: ``round_ms`` at the machine's pace, and a drafted round's
+        extra cost."""
+        return self.pace * self.round_ms(width, forwards, read) + (self.drafted_extra_ms if forwards else 0.0)
+
     def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
-        """Fold a round's measured wall time into the extra ms of its kind (drafted or not): the
-        gap to ``round_ms``, bounded to [-1/2, +2] times it so one stall (a neighbour, a page
-        fault) does not swing the estimate."""
+        """Fold a round's measured wall time in: a round without a draft into the ``pace`` (its
+        time over ``round_ms``), a drafted one into ``drafted_extra_ms`` (its gap to the paced
+        ``round_ms``); each bounded to [1/2, 3] times the paced round so one stall (a neighbour,
+        a page fault) does not swing the estimate."""
         modeled = self.round_ms(width, forwards, read)
-        gap = min(max(seconds * 1e3 - modeled, -modeled / 2), 2 * modeled)
-        key = "drafted_extra_ms" if forwards else "plain_extra_ms"
-        setattr(self, key, (1 - ROUND_WEIGHT) * getattr(self, key) + ROUND_WEIGHT * gap)
+        ratio = min(max(seconds * 1e3 / modeled, self.pace / 2), 3 * self.pace)
+        if forwards:
+            gap = (ratio - self.pace) * modeled
+            self.drafted_extra_ms = (1 - ROUND_WEIGHT) * self.drafted_extra_ms + ROUND_WEIGHT * gap
+        else:
+            self.pace = (1 - ROUND_WEIGHT) * self.pace + ROUND_WEIGHT * ratio
 
     def timed_prefill_ms(self, n: int) -> float:
-        """ms to read ``n`` prompt ids by the timed calls: v(n) up to the widest timed width w,
-        past it n * v(w) / w."""
+        """ms to read ``n`` prompt ids by the timed calls: past the widest timed width w, n ids at
+        ``read_ms`` each; up to it v(n) less the LM-head rows a read does not compute (the
+        widest width's all-rows call against its read: (v(w) - w * read_ms) / (w - 1) a row),
+        never under n * read_ms. Without ``read_ms``, v(w) / w stands in for it (no rows less)."""
         if n <= 0:
             return 0.0
         widest = max(self.verify_ms)
-        return self.v(n) if n <= widest else n * self.verify_ms[widest] / widest
+        per_id = self.read_ms or self.verify_ms[widest] / widest
+        if n > widest:
+            return n * per_id
+        head = (self.verify_ms[widest] - widest * per_id) / (widest - 1) if widest > 1 else 0.0
+        return max(self.v(n) - (n - 1) * head, n * per_id)
 
     def prefill_ms(self, n: int) -> float:
         """``timed_prefill_ms`` times what prompt reads have measured against it."""
@@ -201,7 +225,7 @@ class CostModel:
 
     def copied_tokens_per_s(self, accept: list[float], n: int) -> float:
         """A round verifying ``n`` ids copied from the context: no drafter, no translation."""
-        return 1e3 * self.expected_tokens(accept, n) / (self.v(n + 1) + self.plain_extra_ms)
+        return 1e3 * self.expected_tokens(accept, n) / self.spent_ms(n + 1, 0)
 
     def stop_below(self, accept: list[float], rate: float, k_max: int = 8) -> list[float]:
         """Per draft position n = 1..k_max - 1, the chance that all n drafts so far are accepted
@@ -221,7 +245,7 @@ class CostModel:
                 run *= a(m - 1)
                 gain += run
                 # a wider call never costs less (measured widths can dip: noise, or a kernel's tile)
-                extra = (m - n) * self.drafter_ms + max(0.0, self.v(m + 1) - self.v(n + 1))
+                extra = self.pace * ((m - n) * self.drafter_ms + max(0.0, self.v(m + 1) - self.v(n + 1)))
                 if gain > 0:
                     best = min(best, rate * extra / (1e3 * gain))
             out.append(best)
@@ -272,9 +296,8 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
     m = data["model"]
     model = CostModel(verify_ms={int(w): float(ms) for w, ms in m["verify_ms"].items()},
                       drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)),
-                      catchup_ms=float(m.get("catchup_ms", 0.0)),
-                      drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)),
-                      plain_extra_ms=float(m.get("plain_extra_ms", 0.0)),
+                      catchup_ms=float(m.get("catchup_ms", 0.0)), read_ms=float(m.get("read_ms", 0.0)),
+                      drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)), pace=float(m.get("pace", 1.0)),
                       prefill_scale=float(m.get("prefill_scale", 1.0)),
                       decode_scale=float(m.get("decode_scale", 1.0)))
     return model, data.get("reached", []), data.get("accepted", [])
@@ -291,15 +314,15 @@ def cost_file(pair_name: str, target_runtime: str) -> Path:
 def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
     """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
     the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
-    few seconds) and kept; a model saved without every width of WIDTHS is measured again, its
-    acceptance counts kept. A llama.cpp target keeps its own file beside the program's (cost.json),
-    so a pair measured on both keeps both. Returns (draft_length, path, what it was measured on)."""
+    few seconds) and kept; a model saved without every width of WIDTHS or without a timed prompt
+    read is measured again, its acceptance counts kept. A llama.cpp target keeps its own file
+    beside the program's (cost.json), so a pair measured on both keeps both. Returns (draft_length, path, what it was measured on)."""
     from omnidraft.decode.draft_length import CostModelK
 
     on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
     path = cost_file(pair_name, runtime_name(target, eager_dtype))
     saved = load(path, on)
-    if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms):
+    if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms) or not saved[0].read_ms:
         reached, accepted = saved[1:] if saved else ([], [])
         saved = (measure(target, drafter, WIDTHS, reps=REPS, progress=progress), reached, accepted)
         save(path, *saved, on)
@@ -308,17 +331,22 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
 
 def measure(target, drafter=None, widths: tuple[int, ...] = WIDTHS, reps: int = 7,
             progress=None) -> CostModel:
-    """Time ``target`` (an LM) at each width and ``drafter`` (an LM) per token, one at a time and
-    reading CATCHUP tokens in one call."""
+    """Time ``target`` (an LM) at each width and reading a prompt at the widest (the last row's
+    logits only), and ``drafter`` (an LM) per token, one at a time and reading CATCHUP tokens in
+    one call."""
     verify = {}
     for i, w in enumerate(widths):
         verify[w] = round(time_calls(target, w, reps, warmup=i == 0), 3)
         if progress:
             progress(f"verify width {w}: {verify[w]:.1f} ms")
+    widest = max(widths)
+    read_ms = round(time_calls(target, widest, min(reps, READ_REPS), warmup=False, last_only=True) / widest, 3)
+    if progress:
+        progress(f"prompt read: {read_ms:.2f} ms per id, {widest} at a time")
     if drafter is None:
-        return CostModel(verify_ms=verify, drafter_ms=0.0)
+        return CostModel(verify_ms=verify, drafter_ms=0.0, read_ms=read_ms)
     drafter_ms = round(time_calls(drafter, 1, reps), 3)
     catchup_ms = round(time_calls(drafter, CATCHUP, reps, warmup=False) / CATCHUP, 3)
     if progress:
         progress(f"drafter: {drafter_ms:.1f} ms per token, {catchup_ms:.2f} ms per token read {CATCHUP} at a time")
-    return CostModel(verify_ms=verify, drafter_ms=drafter_ms, catchup_ms=catchup_ms)
+    return CostModel(verify_ms=verify, drafter_ms=drafter_ms, catchup_ms=catchup_ms, read_ms=read_ms)

@@ -19,14 +19,14 @@ def test_the_sessions_own_runtime_is_timed_again_and_saved(tmp_path, monkeypatch
     s = Session(d, t, runtime=Runtime(dtype="fp32"), log=False)
     dl = s.draft_length
     dl.model.verify_ms = {w: 1e6 for w in dl.model.verify_ms}  # a stale timing from another sitting
-    dl.model.plain_extra_ms = 5e5  # and what rounds cost beyond it then
+    dl.model.pace = 50.0  # and the pace rounds ran at against it then
     dl.reestimate()  # the session started from it
     assert dl.state()["predicted_tokens_per_s"] < 0.01
     lines: list[str] = []
     out = compare(s, exact=False, say=lines.append)
     assert dl.model.verify_ms[1] < 1e5 and out["one_token_ms"]["eager"] == dl.model.verify_ms[1]
     assert dl.state()["predicted_tokens_per_s"] > 1.0  # chosen again on the new timing (1e6 ms: 0.001)
-    assert dl.model.plain_extra_ms == 0.0  # a gap to the old timing says nothing about the new one
+    assert dl.model.pace == 1.0  # a pace against the old timing says nothing about the new one
     saved = json.loads(s.cost_path.read_text())["model"]["verify_ms"]
     assert float(saved["1"]) == dl.model.verify_ms[1]
     assert out["chosen"] == "eager" and any("timing the target on eager" in line for line in lines)

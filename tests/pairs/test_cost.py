@@ -38,14 +38,26 @@ def test_rounds_slower_than_timed_teach_the_model_their_extra_cost():
     (the loop, verification, reverse translation, n-gram learning) is seen not to pay."""
     m = CostModel({1: 10.0, 2: 10.5, 3: 11.0}, drafter_ms=2.0)
     assert m.choose([0.6], k_max=2)[0] > 0  # k = 1: 1.6 tokens for 12.5 ms against 1 for 10 ms
-    for _ in range(200):  # the rounds that draft take 8 ms more than their terms; plain ones 1 ms
-        m.observe_round(2, 1, 0, (m.round_ms(2, 1) + 8.0) / 1e3)
-        m.observe_round(1, 0, 0, (m.v(1) + 1.0) / 1e3)
-    assert m.drafted_extra_ms == pytest.approx(8.0, abs=0.01) and m.plain_extra_ms == pytest.approx(1.0, abs=0.01)
+    for _ in range(200):  # plain rounds take 1.1x their timed call; drafted ones 8 ms more than that
+        m.observe_round(1, 0, 0, 1.1 * m.v(1) / 1e3)
+        m.observe_round(2, 1, 0, (1.1 * m.round_ms(2, 1) + 8.0) / 1e3)
+    assert m.pace == pytest.approx(1.1, abs=1e-3) and m.drafted_extra_ms == pytest.approx(8.0, abs=0.01)
     assert m.tokens_per_s([], 0) == pytest.approx(1e3 / 11.0, rel=1e-3)
-    assert m.choose([0.6], k_max=2)[0] == 0  # k = 1: 1.6 tokens for 20.5 ms against 1 for 11: the target alone
+    assert m.choose([0.6], k_max=2)[0] == 0  # k = 1: 1.6 tokens for 21.75 ms against 1 for 11: the target alone
     m.observe_round(2, 1, 0, 5.0)  # a 5-second stall moves the estimate by a bounded step
-    assert m.drafted_extra_ms < 8.0 + 0.05 * 2 * m.round_ms(2, 1) + 0.01
+    assert m.drafted_extra_ms < 8.0 + 0.05 * 2 * 1.1 * m.round_ms(2, 1) + 0.01
+
+
+def test_a_machine_slowing_down_in_plain_rounds_slows_drafting_alike():
+    """The target alone decoding on a busier machine (its rounds 1.5x their timed call) is not a
+    reason to start drafting: the drafted rounds it has not run are priced at the same pace, so
+    the choice between them stays where it was."""
+    m = CostModel({1: 10.0, 2: 14.0, 3: 15.0}, drafter_ms=2.0)
+    assert m.choose([0.6], k_max=2)[0] == 0  # k = 1: 1.6 tokens for 16 ms against 1 for 10: no faster
+    for _ in range(100):
+        m.observe_round(1, 0, 0, 1.5 * m.v(1) / 1e3)
+    assert m.pace == pytest.approx(1.5, abs=0.01) and m.choose([0.6], k_max=2)[0] == 0
+    assert m.tokens_per_s([0.6], 1) / m.tokens_per_s([], 0) == pytest.approx(1.6 * 10.0 / 16.0, rel=1e-3)
 
 
 def test_prompt_reads_teach_the_prefill_price():
@@ -80,6 +92,19 @@ def test_generations_teach_how_their_decoding_compares_with_the_prediction():
     assert m.decode_scale == stalled
 
 
+def test_a_prompt_read_is_priced_from_the_timed_read_not_the_verify_calls():
+    """A read computes the last row's logits only: past the widest timed width n ids cost n *
+    read_ms; up to it v(n) less the LM-head rows a read skips (from the widest width's two
+    timings), so the price is continuous there and one id costs v(1)."""
+    m = CostModel({1: 10.0, 8: 24.0, 32: 72.0}, drafter_ms=1.0, read_ms=1.5)  # a read of 32: 48 ms
+    head = (72.0 - 48.0) / 31
+    assert m.prefill_ms(320) == pytest.approx(480.0) and m.prefill_ms(32) == pytest.approx(48.0)
+    assert m.prefill_ms(8) == pytest.approx(24.0 - 7 * head) and m.prefill_ms(1) == pytest.approx(10.0)
+    assert m.prefill_ms(33) == pytest.approx(49.5)
+    untimed = CostModel({1: 10.0, 8: 24.0, 32: 72.0}, drafter_ms=1.0)  # saved before reads were timed
+    assert untimed.prefill_ms(320) == pytest.approx(720.0) and untimed.prefill_ms(8) == 24.0
+
+
 def test_verify_time_between_and_past_measured_widths():
     m = CostModel({1: 10.0, 4: 16.0, 8: 24.0}, drafter_ms=0.0)
     assert m.v(2) == pytest.approx(12.0) and m.v(6) == pytest.approx(20.0)
@@ -101,11 +126,14 @@ def test_timing_several_widths_reads_the_context_once_and_warms_up_once():
     lm = CausalLM(tiny("llama", 300))
     fed = []
     extend = lm.extend
-    lm.extend = lambda ids, **kw: (fed.append(len(ids)), extend(ids, **kw))[1]
-    measure(lm, None, (1, 2, 4), reps=2)
+    lm.extend = lambda ids, **kw: (fed.append((len(ids), kw.get("last_only", False))), extend(ids, **kw))[1]
+    m = measure(lm, None, (1, 2, 4), reps=2)
     # the 64-id context read once and a warm-up call; each later width re-feeds the context's last
-    # id (a sync always feeds one), then 2 timed calls of that width
-    assert fed == [64, 1, 1, 1, 1, 2, 2, 1, 4, 4]
+    # id (a sync always feeds one), then 2 timed calls of that width, every row's logits; then 2
+    # prompt reads at the widest width, the last row's only
+    assert [n for n, _ in fed] == [64, 1, 1, 1, 1, 2, 2, 1, 4, 4, 1, 4, 4]
+    assert [last for n, last in fed[1:] if n > 1] == [False] * 4 + [True] * 2
+    assert m.read_ms > 0
 
 
 def test_cpu_info_names_the_flags():
@@ -123,7 +151,7 @@ def test_cost_command_rejects_bad_widths(capsys):
 def test_a_pairs_cost_model_is_kept_only_for_what_it_was_measured_on(tmp_path):
     from omnidraft.pairs import cost
 
-    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5, drafted_extra_ms=3.0, plain_extra_ms=1.0,
+    m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5, drafted_extra_ms=3.0, pace=1.1,
                   prefill_scale=0.7)
     on = {"target_runtime": "executorch 8da8w", "drafter_runtime": "executorch 8da8w", "cpu": "X", "threads": 2}
     cost.save(tmp_path / "cost.json", m, [10.0, 5.0], [8.0, 2.5], on)
@@ -142,18 +170,22 @@ def test_copies_are_only_as_long_as_a_measured_width():
     assert m.copy_lengths(12) == [n for n in range(1, 13) if n + 1 in m.verify_ms]
 
 
-def test_a_saved_model_without_every_width_is_measured_again_with_its_counts_kept(tmp_path, monkeypatch):
+def test_a_saved_model_without_every_width_or_a_timed_read_is_measured_again_with_its_counts_kept(tmp_path, monkeypatch):
     from omnidraft.pairs import cost, spec
 
     monkeypatch.setattr(spec, "pair_dir", lambda name: tmp_path)
     monkeypatch.setattr(cost, "measured_on", lambda *a: {"cpu": "X"})
     monkeypatch.setattr(cost, "runtime_name", lambda *a: "r")
     cost.save(tmp_path / "cost.json", CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0), [10.0], [8.0], {"cpu": "X"})
-    timed = CostModel({w: 10.0 + w for w in cost.WIDTHS}, drafter_ms=2.0)
+    timed = CostModel({w: 10.0 + w for w in cost.WIDTHS}, drafter_ms=2.0, read_ms=0.5)
     monkeypatch.setattr(cost, "measure", lambda *a, **kw: timed)
     dl, path, _ = cost.for_pair("p", None, None, "fp32")
     assert dl.model == timed and dl.reached == [10.0] and dl.accepted == [8.0]
     assert cost.load(path, {"cpu": "X"})[0] == timed  # kept for the next session
+    # every width but no timed prompt read (saved before reads were timed): measured again too
+    cost.save(path, CostModel(dict(timed.verify_ms), drafter_ms=2.0), [10.0], [8.0], {"cpu": "X"})
+    assert cost.for_pair("p", None, None, "fp32")[0].model == timed
+    assert cost.load(path, {"cpu": "X"})[0] == timed
 
 
 def test_stop_thresholds_price_drafting_on_against_its_cost():
