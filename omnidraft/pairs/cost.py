@@ -10,8 +10,9 @@ in generations against v; e: what drafted rounds cost beyond the paced timed ter
 decoding runs at ``1 / (p v(1))``, so a choice that only pays on paper is seen not to once rounds
 have run, and a machine that slows down slows both alike (a slowdown seen only in plain rounds
 does not make drafting look faster); ``choose`` picks the k that maximises the pair's speed and
-k = 0 (the target alone) when no k beats plain decoding. A copy from the context costs p v(n + 1). The drafter's ms per token when it reads committed
-text in one call (``catchup_ms``) prices its catch-up (decode/draft_length.py decides with it).
+k = 0 (the target alone) when no k beats plain decoding. A copy from the context costs p v(n + 1).
+The drafter's ms per token when it reads committed text in one call (``catchup_ms``) prices its
+catch-up (decode/draft_length.py decides with it).
 A prompt read computes the last position's logits only, so it is priced from a timed read
 (``read_ms``), not from the verify calls, whose every row pays the LM head.
 
@@ -43,7 +44,7 @@ CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
 REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
 READ_REPS = 2  # timed prompt reads (last row only) at the widest width; prompt reads refine the price online
-ROUND_WEIGHT = 0.05  # a round's weight in the running estimate of what rounds cost beyond the model
+ROUND_WEIGHT = 0.05  # a round's weight in the running estimates of the pace and the drafted rounds' extra
 PREFILL_WEIGHT = 0.2  # a prompt read's weight in the running estimate of prefill / its timed price
 DECODE_WEIGHT = 0.2  # a generation's weight in the running estimate of decoding time / its prediction
 DECODE_MIN_TOKENS = 8  # a generation shorter than this says too little about decoding to be folded in
@@ -110,11 +111,10 @@ class CostModel:
     draft, the target alone and copies, against their timed call: a machine busier or slower than
     when it was timed, the loop) and what a drafted round costs beyond its paced timed terms
     (``drafted_extra_ms``: verification, reverse translation, n-gram learning, the drafter's
-    rollback); and how a prompt read compares with its
-    price from the timed calls (``observe_prefill``: a long prompt is read in calls wider than the
-    widest timed, or on a busier machine); and how a generation's decoding compares with its
-    prediction from drafts (``observe_decode``: copies from the context, which only the work itself
-    supplies)."""
+    rollback); and how a prompt read compares with its price from the timed calls
+    (``observe_prefill``: a busier machine, prompts longer than the read timed); and how a
+    generation's decoding compares with its prediction from drafts (``observe_decode``: copies
+    from the context, which only the work itself supplies)."""
 
     verify_ms: dict[int, float]
     drafter_ms: float
@@ -316,7 +316,8 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
     the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
     few seconds) and kept; a model saved without every width of WIDTHS or without a timed prompt
     read is measured again, its acceptance counts kept. A llama.cpp target keeps its own file
-    beside the program's (cost.json), so a pair measured on both keeps both. Returns (draft_length, path, what it was measured on)."""
+    beside the program's (cost.json), so a pair measured on both keeps both. Returns
+    (draft_length, path, what it was measured on)."""
     from omnidraft.decode.draft_length import CostModelK
 
     on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))

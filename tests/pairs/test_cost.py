@@ -170,7 +170,7 @@ def test_copies_are_only_as_long_as_a_measured_width():
     assert m.copy_lengths(12) == [n for n in range(1, 13) if n + 1 in m.verify_ms]
 
 
-def test_a_saved_model_without_every_width_or_a_timed_read_is_measured_again_with_its_counts_kept(tmp_path, monkeypatch):
+def test_a_saved_model_without_every_width_or_a_read_is_measured_again_with_its_counts_kept(tmp_path, monkeypatch):
     from omnidraft.pairs import cost, spec
 
     monkeypatch.setattr(spec, "pair_dir", lambda name: tmp_path)
