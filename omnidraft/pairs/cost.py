@@ -165,10 +165,10 @@ class CostModel:
             return self.v(width)
         return self.v(width) + forwards * self.drafter_ms + self.translate_ms + read * self.catchup_ms
 
-    def spent_ms(self, width: int, forwards: int, read: int = 0) -> float:
+    def spent_ms(self, width: int, forwards: int) -> float:
         """A round's predicted wall ms: ``round_ms`` at the machine's pace, and a drafted round's
         extra cost."""
-        return self.pace * self.round_ms(width, forwards, read) + (self.drafted_extra_ms if forwards else 0.0)
+        return self.pace * self.round_ms(width, forwards) + (self.drafted_extra_ms if forwards else 0.0)
 
     def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
         """Fold a round's measured wall time in: a round without a draft into the ``pace`` (its
