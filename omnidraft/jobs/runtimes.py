@@ -11,7 +11,6 @@ Knows the cost model, the target loaders and the choice's file; printing is the 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 from omnidraft.errors import OmniDraftError
@@ -28,10 +27,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     (a local one whose cost model and acceptance the session holds)."""
     dl = session.draft_length
     say(f"timing the target on {session.target_runtime} ...")  # again: a timing saved earlier may be stale
-    timed = cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS)
-    dl.model.verify_ms, dl.model.read_ms = timed.verify_ms, timed.read_ms
-    dl.model.drafted_extra_ms, dl.model.pace = 0.0, 1.0  # against the old timing; each runtime learns its own
-    dl.model.prefill_scale = 1.0
+    dl.model = dl.model.retimed(cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS))
     dl.reestimate()
     session.save_cost()
     models = {session.target_runtime: dl.model}
@@ -45,7 +41,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
             continue
         say(f"timing the target on {runtime} ...")
         timed = cost.measure(lm, None, cost.WIDTHS, reps=cost.REPS)
-        models[runtime] = replace(dl.model, verify_ms=timed.verify_ms, read_ms=timed.read_ms)  # same drafter
+        models[runtime] = dl.model.retimed(timed)  # the same drafter and translation
         on = cost.measured_on(cost.runtime_name(lm, session.runtime.dtype), cost.runtime_name(session.drafter, "fp32"))
         cost.save(cost.cost_file(session.spec.name, on["target_runtime"]), models[runtime], dl.reached, dl.accepted, on)
         del lm

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
@@ -125,6 +125,13 @@ class CostModel:
     pace: float = 1.0
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
+
+    def retimed(self, timed: "CostModel") -> "CostModel":
+        """This model on a new timing of the target (``timed``'s v(n) and prompt read): what was
+        learnt against the old timing (the pace, the drafted rounds' extra, the prefill scale)
+        starts over; the drafter's terms stay."""
+        return replace(self, verify_ms=timed.verify_ms, read_ms=timed.read_ms, drafted_extra_ms=0.0, pace=1.0,
+                       prefill_scale=1.0)
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
