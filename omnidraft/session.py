@@ -29,7 +29,7 @@ from omnidraft.decode.text import chat_preamble, drained, encode_prompt
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
-from omnidraft.pairs.routing import Route, choose, forecast, observe, warm
+from omnidraft.pairs.routing import Route, choose, forecast, kind, observe, warm
 from omnidraft.pairs.runtime_choice import INEXACT, resolve
 from omnidraft.pairs.runtime_choice import load as load_choice
 from omnidraft.pairs.settings import Runtime, TargetRef
@@ -75,8 +75,9 @@ class Session:
     generation runs where it is predicted to end first (pairs/routing.py: a long prompt reads far
     faster on the program, llama.cpp may decode faster). ``exact``: only bit-exact runtimes (the
     ExecuTorch program, PyTorch). ``metrics["target_runtime"]`` says which ran; a routed
-    generation's ``metrics["predicted_ms"]`` holds each runtime's prediction and ``"forecast"``
-    the chosen one's parts (prefill ms, decoding tokens/s).
+    generation's ``metrics["predicted_ms"]`` holds each runtime's prediction, ``"forecast"`` the
+    chosen one's parts (prefill ms, decoding tokens/s) and ``"work"`` the kind of work it was
+    forecast as (a completion, a chat turn, a long one: pairs/routing.py ``kind``).
     With an OpenAI-API target each generation goes to the engine generating alone while that is
     measured faster than the pair (pairs/engine_choice.py; its output is the served model's own)."""
 
@@ -292,8 +293,9 @@ class Session:
                 self._refresh()
                 routed = None
                 if self.routes:  # before the budget: the runtimes' windows differ
-                    route, routed = choose(self.routes, target_ids, max_new_tokens)
-                    ahead = forecast(route, target_ids)  # before its cache moves
+                    work = kind(target_ids, chat_preamble(self.target_tok), chat)
+                    route, routed = choose(self.routes, target_ids, max_new_tokens, work)
+                    ahead = forecast(route, target_ids, work)  # before its cache moves
                     self._take(route)
                 budget = check_budget(target_ids, max_new_tokens, self.target)
                 if self.engine_choice is not None and self.engine_choice.engine_now():
@@ -301,9 +303,10 @@ class Session:
                 else:
                     result = yield from self._pair_generation(prompt, target_ids, budget, chat)
                 if routed:  # its prompt read and decoding teach the route's prices (kept with its cost model)
-                    observe(route, ahead, result.metrics)
+                    observe(route, ahead, result.metrics, work)
                     self.save_cost()
-                    result.metrics.update(predicted_ms=routed, forecast={k: round(v, 3) for k, v in ahead.items()})
+                    result.metrics.update(predicted_ms=routed, forecast={k: round(v, 3) for k, v in ahead.items()},
+                                          work=work)
             result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)
             self.turns = (self.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:] if self.lookup else []
             self.last = result

@@ -50,9 +50,10 @@ def forecast_row(metrics: dict) -> dict:
     """One routed generation: what routing predicted on the runtime it chose, and what it took."""
     f = metrics["forecast"]
     n, decode_s = metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"]
-    return {"runtime": metrics["target_runtime"], "tokens": n,
+    return {"runtime": metrics["target_runtime"], "work": metrics["work"], "tokens": n,
             "prefill_ms": [round(f["prefill_ms"], 1), round(metrics["prefill_s"] * 1e3, 1)],
             "decode_tokens_per_s": [round(f["tokens_per_s"], 2), round(n / max(decode_s, 1e-9), 2)],
+            "drafts_tokens_per_s": round(f["drafts_tokens_per_s"], 3),
             "ms": [round(f["prefill_ms"] + n * 1e3 / f["tokens_per_s"], 1), round(metrics["wall_s"] * 1e3, 1)]}
 
 
@@ -76,13 +77,15 @@ def forecast_lines(forecasts: dict[str, list[dict]]) -> list[str]:
     rows = []
     for name, f in forecasts.items():
         t = forecast_summary(f)
-        rows.append([name] + [f"{t[k][0]} / {t[k][1]}" for k in ("prefill_ms", "decode_tokens_per_s", "ms")]
+        rows.append([name, ", ".join(sorted({r["work"] for r in f}))]
+                    + [f"{t[k][0]} / {t[k][1]}" for k in ("prefill_ms", "decode_tokens_per_s", "ms")]
                     + [f"{t['generation_time_error']:+.0%}"])
     return ["The product's routing predictions against what its generations took on the runtime each chose (sums "
-            "over the set; decoding is predicted from drafts, scaled by what the route's earlier generations took "
-            "against that prediction, copies included):", "",
-            *benchio.table(["set", "prefill ms predicted / measured", "decode tokens/s predicted / measured",
-                            "generation ms predicted / measured", "generation time error"], rows)]
+            "over the set; decoding is predicted from drafts, scaled by what the route's earlier generations of the "
+            "same kind of work took against that prediction, copies included):", "",
+            *benchio.table(["set", "kind of work", "prefill ms predicted / measured",
+                            "decode tokens/s predicted / measured", "generation ms predicted / measured",
+                            "generation time error"], rows)]
 
 
 def main() -> int:

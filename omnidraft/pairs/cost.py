@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
@@ -47,6 +47,7 @@ READ_REPS = 2  # timed prompt reads (last row only) at the widest width; prompt 
 ROUND_WEIGHT = 0.05  # a round's weight in the running estimates of the pace and the drafted rounds' extra
 PREFILL_WEIGHT = 0.2  # a prompt read's weight in the running estimate of prefill / its timed price
 DECODE_WEIGHT = 0.2  # a generation's weight in the running estimate of decoding time / its prediction
+# (a kind of work's first generations weigh 1/2, 1/3, 1/4 against the route's estimate it starts from)
 DECODE_MIN_TOKENS = 8  # a generation shorter than this says too little about decoding to be folded in
 
 
@@ -114,7 +115,9 @@ class CostModel:
     rollback); and how a prompt read compares with its price from the timed calls
     (``observe_prefill``: a busier machine, prompts longer than the read timed); and how a
     generation's decoding compares with its prediction from drafts (``observe_decode``: copies
-    from the context, which only the work itself supplies)."""
+    from the context, which only the work itself supplies), over every generation
+    (``decode_scale``) and by kind of work (``decode_scales``: kind -> [scale, generations]; an
+    edit of pasted code copies far more than an answer to a short question)."""
 
     verify_ms: dict[int, float]
     drafter_ms: float
@@ -125,13 +128,14 @@ class CostModel:
     pace: float = 1.0
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
+    decode_scales: dict[str, list[float]] = field(default_factory=dict)
 
     def retimed(self, timed: "CostModel") -> "CostModel":
         """This model on a new timing of the target (``timed``'s v(n) and prompt read): what was
         learnt against the old timing (the pace, the drafted rounds' extra, the prefill scale)
         starts over; the drafter's terms stay."""
         return replace(self, verify_ms=timed.verify_ms, read_ms=timed.read_ms, drafted_extra_ms=0.0, pace=1.0,
-                       prefill_scale=1.0)
+                       prefill_scale=1.0, decode_scales={k: list(v) for k, v in self.decode_scales.items()})
 
     def v(self, n: int) -> float:
         """v(n), linearly interpolated between measured widths (extrapolated past the widest)."""
@@ -216,13 +220,24 @@ class CostModel:
         ratio = min(max(seconds * 1e3 / self.timed_prefill_ms(n), 0.25), 4.0)
         self.prefill_scale = (1 - PREFILL_WEIGHT) * self.prefill_scale + PREFILL_WEIGHT * ratio
 
-    def observe_decode(self, predicted_tokens_per_s: float, tokens: int, seconds: float) -> None:
+    def decode_scale_for(self, kind: str) -> float:
+        """The decode scale measured on ``kind`` of work; one never seen: ``decode_scale``."""
+        seen = self.decode_scales.get(kind)
+        return seen[0] if seen else self.decode_scale
+
+    def observe_decode(self, predicted_tokens_per_s: float, tokens: int, seconds: float, kind: str = "") -> None:
         """Fold a generation that decoded ``tokens`` in ``seconds`` where ``predicted_tokens_per_s``
         (from drafts alone) was predicted into ``decode_scale``, its time against the prediction (each
-        ratio bounded to [1/4, 4]; generations under DECODE_MIN_TOKENS tokens are left out)."""
+        ratio bounded to [1/4, 4]; generations under DECODE_MIN_TOKENS tokens are left out), and into
+        ``kind``'s scale: its first generations move it from ``decode_scale`` by 1/2, 1/3, 1/4, then
+        by DECODE_WEIGHT (a kind of work is told apart in a few generations)."""
         if tokens < DECODE_MIN_TOKENS or predicted_tokens_per_s <= 0:
             return
         ratio = min(max(seconds * predicted_tokens_per_s / tokens, 0.25), 4.0)
+        if kind:
+            scale, n = self.decode_scales.get(kind, (self.decode_scale, 0))
+            weight = max(DECODE_WEIGHT, 1 / (n + 2))
+            self.decode_scales[kind] = [(1 - weight) * scale + weight * ratio, n + 1]
         self.decode_scale = (1 - DECODE_WEIGHT) * self.decode_scale + DECODE_WEIGHT * ratio
 
     def copy_lengths(self, available: int) -> list[int]:
@@ -306,7 +321,8 @@ def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | N
                       catchup_ms=float(m.get("catchup_ms", 0.0)), read_ms=float(m.get("read_ms", 0.0)),
                       drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)), pace=float(m.get("pace", 1.0)),
                       prefill_scale=float(m.get("prefill_scale", 1.0)),
-                      decode_scale=float(m.get("decode_scale", 1.0)))
+                      decode_scale=float(m.get("decode_scale", 1.0)),
+                      decode_scales={k: [float(v[0]), int(v[1])] for k, v in m.get("decode_scales", {}).items()})
     return model, data.get("reached", []), data.get("accepted", [])
 
 

@@ -9,11 +9,15 @@ Each generation runs where it is predicted to end first: the prompt ids the runt
 not hold yet, read at its measured wide-call cost (v(w) / w per id, w the widest width timed,
 scaled by what its prompt reads have measured), plus the token budget at the decoding speed its
 cost model predicts (pairs/cost.py, with the round costs it has learnt), scaled by what the
-route's earlier generations took against that prediction: copies from the context come only
-from the work itself, so how much they have sped a route's generations is learnt from them
-(``observe``). Ties go to the bit-exact program. Every runtime's cache starts holding the chat
-template's preamble (``warm``): otherwise a runtime never chosen yet would be priced for the
-system prompt the other already holds, and never be chosen for chat.
+route's earlier generations of the same kind of work took against that prediction: copies from
+the context come only from the work itself, so how much they have sped a route's generations is
+learnt from them (``observe``), by ``kind``: a completion continues its text, a chat answer to a
+long turn (pasted code or a passage to edit, quote or rewrite) repeats much of it, an answer to a
+short question little (on bench/results/llamacpp-20261128-1330's program code completions
+decoded at 11 tokens/s, edits, quotes and rewrites of pasted text at 20). Ties go to the
+bit-exact program. Every runtime's cache starts holding the chat template's preamble (``warm``):
+otherwise a runtime never chosen yet would be priced for the system prompt the other already
+holds, and never be chosen for chat.
 
 Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
 """
@@ -38,6 +42,18 @@ class Route:
     cost_on: dict
 
 
+PASTED = 48  # ids past the chat preamble from which a turn counts as carrying text to work on
+
+
+def kind(prompt_ids: list[int], preamble: list[int], chat: bool) -> str:
+    """The kind of work a prompt asks for, as decoding speed tells kinds apart: ``completion``
+    (no chat template), ``chat, long turn`` (at least PASTED ids past the template's ``preamble``),
+    else ``chat``."""
+    if not chat:
+        return "completion"
+    return "chat, long turn" if len(prompt_ids) - len(preamble) >= PASTED else "chat"
+
+
 def warm(models: list, preamble: list[int]) -> None:
     """Every one of ``models`` (LMs) holds ``preamble`` (ids every chat prompt starts with) at the
     start of its cache; one that already does is left as it is."""
@@ -46,39 +62,41 @@ def warm(models: list, preamble: list[int]) -> None:
             sync(m, preamble)
 
 
-def forecast(route: Route, prompt_ids: list[int]) -> dict[str, float]:
-    """What ``route`` is predicted to take for a prompt now: ``prefill_ms`` for the
+def forecast(route: Route, prompt_ids: list[int], work: str = "") -> dict[str, float]:
+    """What ``route`` is predicted to take for a prompt of kind ``work`` now: ``prefill_ms`` for the
     ``prompt_ids_read`` its cache lacks (pairs/cost.py ``prefill_ms``), then ``tokens_per_s``
-    decoding: ``drafts_tokens_per_s`` (what its cost model predicts from drafts) over the
-    ``decode_scale`` its generations have measured."""
+    decoding: ``drafts_tokens_per_s`` (what its cost model predicts from drafts) over the decode
+    scale its generations of that kind have measured."""
     dl = route.draft_length
     uncached = len(prompt_ids) - min(common_prefix(route.target.model.tokens, prompt_ids), len(prompt_ids) - 1)
     drafts = max(dl.predicted, 1e-9)
-    return {"prefill_ms": dl.model.prefill_ms(uncached), "tokens_per_s": drafts / dl.model.decode_scale,
+    return {"prefill_ms": dl.model.prefill_ms(uncached), "tokens_per_s": drafts / dl.model.decode_scale_for(work),
             "drafts_tokens_per_s": drafts, "prompt_ids_read": uncached}
 
 
-def observe(route: Route, ahead: dict[str, float], metrics: dict) -> None:
-    """Teach ``route``'s cost model from a generation it ran: ``ahead`` is the forecast made before
-    it, ``metrics`` what it took (prefill_s, wall_s, new_tokens); its prompt read moves the prefill
-    price, its decoding the decode scale."""
+def observe(route: Route, ahead: dict[str, float], metrics: dict, work: str = "") -> None:
+    """Teach ``route``'s cost model from a generation of kind ``work`` it ran: ``ahead`` is the
+    forecast made before it, ``metrics`` what it took (prefill_s, wall_s, new_tokens); its prompt
+    read moves the prefill price, its decoding the decode scale (the route's and the kind's)."""
     model = route.draft_length.model
     model.observe_prefill(ahead["prompt_ids_read"], metrics["prefill_s"])
-    model.observe_decode(ahead["drafts_tokens_per_s"], metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"])
+    model.observe_decode(ahead["drafts_tokens_per_s"], metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"],
+                         work)
 
 
-def predicted_ms(route: Route, prompt_ids: list[int], budget: int) -> float:
+def predicted_ms(route: Route, prompt_ids: list[int], budget: int, work: str = "") -> float:
     """The generation's predicted ms on ``route``: its uncached prompt ids, then ``budget`` tokens."""
-    f = forecast(route, prompt_ids)
+    f = forecast(route, prompt_ids, work)
     return f["prefill_ms"] + budget * 1e3 / f["tokens_per_s"]
 
 
-def choose(routes: list[Route], prompt_ids: list[int], budget: int) -> tuple[Route, dict[str, float]]:
-    """(the route predicted to end first, {runtime: predicted ms}) among those whose context
-    window holds the prompt and ``budget`` tokens (none does: the widest window alone); a tie
-    goes to the first listed (the Session lists the bit-exact program first)."""
+def choose(routes: list[Route], prompt_ids: list[int], budget: int,
+           work: str = "") -> tuple[Route, dict[str, float]]:
+    """(the route predicted to end first for work of kind ``work``, {runtime: predicted ms}) among
+    those whose context window holds the prompt and ``budget`` tokens (none does: the widest
+    window alone); a tie goes to the first listed (the Session lists the bit-exact program first)."""
     fits = [r for r in routes if r.target.max_length - len(prompt_ids) >= budget]
     fits = fits or [max(routes, key=lambda r: r.target.max_length)]
-    times = {r.runtime: predicted_ms(r, prompt_ids, budget) for r in fits}
+    times = {r.runtime: predicted_ms(r, prompt_ids, budget, work) for r in fits}
     best = min(fits, key=lambda r: times[r.runtime])
     return best, {rt: round(ms, 1) for rt, ms in times.items()}

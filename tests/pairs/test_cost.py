@@ -5,7 +5,7 @@ extend/rollback without disturbing its cache."""
 import pytest
 
 from omnidraft.cli import main
-from omnidraft.pairs.cost import CostModel, cpu_info, time_calls
+from omnidraft.pairs.cost import CostModel, cpu_info, load, save, time_calls
 
 from ..conftest import tiny
 
@@ -90,6 +90,25 @@ def test_generations_teach_how_their_decoding_compares_with_the_prediction():
     stalled = m.decode_scale
     m.observe_decode(50.0, 3, 0.001)  # three tokens: left out
     assert m.decode_scale == stalled
+
+
+def test_each_kind_of_work_learns_its_own_decoding_from_the_route_estimate_it_starts_at(tmp_path):
+    """Edits of pasted text copy, completions do not: each kind's scale starts at the route's,
+    moves by 1/2 then 1/3 on its first generations, and a kind never seen is forecast at the
+    route's scale over every generation."""
+    m = CostModel({1: 10.0, 8: 16.0}, drafter_ms=1.0)
+    for _ in range(20):  # completions decode as their drafts predict
+        m.observe_decode(50.0, 64, 64 / 50.0, "completion")
+    assert m.decode_scale_for("completion") == pytest.approx(1.0)
+    m.observe_decode(50.0, 64, 0.5 * 64 / 50.0, "chat, long turn")  # an edit: copies, half the time
+    assert m.decode_scale_for("chat, long turn") == pytest.approx(0.75)  # from 1.0, by 1/2
+    m.observe_decode(50.0, 64, 0.5 * 64 / 50.0, "chat, long turn")
+    assert m.decode_scale_for("chat, long turn") == pytest.approx(0.75 * 2 / 3 + 0.5 / 3)
+    assert m.decode_scale_for("completion") == pytest.approx(1.0)  # untouched by the edits
+    assert m.decode_scale_for("chat") == m.decode_scale == pytest.approx(0.8 * 0.9 + 0.2 * 0.5)
+    path = tmp_path / "cost.json"
+    save(path, m, [], [], {"cpu": "x"})
+    assert load(path, {"cpu": "x"})[0].decode_scales == m.decode_scales  # kept with the cost model
 
 
 def test_a_prompt_read_is_priced_from_the_timed_read_not_the_verify_calls():

@@ -11,7 +11,7 @@ from omnidraft.decode.draft_length import CostModelK
 from omnidraft.decode.generate import generate_ar
 from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
-from omnidraft.pairs.routing import Route, choose, forecast, observe, warm
+from omnidraft.pairs.routing import Route, choose, forecast, kind, observe, warm
 from omnidraft.pairs.settings import Runtime
 
 from ..conftest import save_tiny, tiny, vocab_len
@@ -103,6 +103,39 @@ def test_a_route_whose_generations_beat_their_drafts_prediction_wins_a_near_tie(
     assert choose([program, llama], prompt, 64)[0] is program
 
 
+def test_an_edit_of_pasted_text_is_forecast_at_what_edits_took_not_what_completions_took(qwen_tok):
+    """bench/results/llamacpp-20261127-2309: a copy-heavy prompt went to llama.cpp, forecast from
+    drafts, where the program's copies would have run it far faster. Each kind of work is forecast
+    from the route's generations of that kind: after a few edits that copied (the program's
+    decoding at 0.4 of its drafts' prediction) and completions that did not, the next edit goes to
+    the program and the next completion is forecast as before."""
+    from omnidraft.decode.text import chat_preamble, encode_prompt
+
+    preamble = chat_preamble(qwen_tok)
+    edit = encode_prompt(qwen_tok, "Rename `f` to `g`:\n" + "def f(a, b):\n    return a + b\n" * 8, chat=True)
+    question = encode_prompt(qwen_tok, "What is a closure?", chat=True)
+    assert kind(edit, preamble, True) == "chat, long turn" and kind(question, preamble, True) == "chat"
+    assert kind(edit, preamble, False) == "completion"
+    program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
+    work = kind(edit, preamble, True)
+    for r in (program, llama):  # both hold the prompt
+        r.target.model.tokens = list(edit[:-1])
+    assert choose([program, llama], edit, 64, work)[0] is llama  # drafts alone: llama.cpp decodes faster
+
+    def generations(name: str, took: float) -> None:  # three, taking ``took`` of their drafts' prediction
+        for _ in range(3):
+            f = forecast(program, edit, name)
+            observe(program, f, {"prefill_s": 0.0, "wall_s": took * 64 / f["drafts_tokens_per_s"], "new_tokens": 64},
+                    name)
+
+    generations("completion", 1.0)
+    completion = forecast(program, edit, "completion")["tokens_per_s"]
+    assert completion == pytest.approx(program.draft_length.predicted)
+    generations(work, 0.4)
+    assert choose([program, llama], edit, 64, work)[0] is program
+    assert forecast(program, edit, "completion")["tokens_per_s"] == pytest.approx(completion)
+
+
 def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, monkeypatch, smollm_tok, qwen_tok):
     from omnidraft import Session
 
@@ -120,6 +153,7 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
         got = s.generate(prompt, max_new_tokens=16)
         assert got.metrics["target_runtime"] == runtime and set(got.metrics["predicted_ms"]) == {"executorch",
                                                                                               "llamacpp"}
+        assert got.metrics["work"] == "completion"
         f = got.metrics["forecast"]  # the chosen route's prediction, as it stood before the generation
         assert got.metrics["predicted_ms"][runtime] == pytest.approx(f["prefill_ms"] + 16e3 / f["tokens_per_s"],
                                                                      abs=0.2)
@@ -127,6 +161,6 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
     assert (tmp_path / "l.json").is_file() and (tmp_path / "p.json").is_file()  # each runtime's costs kept
     for r in s.routes:  # each learnt from its prompt reads and decoding, and kept them
         m = r.draft_length.model
-        assert m.prefill_scale != 1.0 and m.decode_scale != 1.0
+        assert m.prefill_scale != 1.0 and m.decode_scale != 1.0 and set(m.decode_scales) == {"completion"}
         assert json.loads(r.cost_path.read_text())["model"]["decode_scale"] == pytest.approx(m.decode_scale)
     s.close()
