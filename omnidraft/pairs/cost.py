@@ -133,7 +133,8 @@ class CostModel:
     def retimed(self, timed: "CostModel") -> "CostModel":
         """This model on a new timing of the target (``timed``'s v(n) and prompt read): what was
         learnt against the old timing (the pace, the drafted rounds' extra, the prefill scale)
-        starts over; the drafter's terms stay."""
+        starts over; the drafter's terms and the decode scales (decoding against its prediction,
+        copies mostly) stay."""
         return replace(self, verify_ms=timed.verify_ms, read_ms=timed.read_ms, drafted_extra_ms=0.0, pace=1.0,
                        prefill_scale=1.0, decode_scales={k: list(v) for k, v in self.decode_scales.items()})
 
