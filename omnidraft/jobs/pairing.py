@@ -16,7 +16,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.jobs import runtimes
 from omnidraft.jobs.compare import measure
 from omnidraft.pairs.llamacpp import LlamaCppAlone, llamacpp_engine
-from omnidraft.pairs.runtime_choice import resolve, settle
+from omnidraft.pairs.runtime_choice import keep, resolve, settle
 from omnidraft.pairs.settings import TargetRef
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, adapter_store, pair_dir, pair_name
 from omnidraft.prompts import CHAT_PROMPTS, humaneval
@@ -78,7 +78,8 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     ``auto`` the target's runtimes against each other (runtimes.py; a near tie settled by the
     calibration, pairs/runtime_choice.py; only bit-exact ones with ``exact``), then calibrate for about ``calibration_s``
     seconds beside the target alone and (``llamacpp``, when llama-cpp-python is installed and the
-    target has a GGUF) the target alone on llama.cpp. A given ``session`` runs on what it loaded."""
+    target has a GGUF) the target alone on llama.cpp. A ``target_runtime`` other than ``auto`` is
+    kept for ``auto`` on this machine. A given ``session`` runs on what it loaded."""
     from omnidraft.pairs import programs
     from omnidraft.pairs.settings import Runtime
     from omnidraft.session import Session
@@ -144,6 +145,11 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
             choice.measured(c["tokens_per_s"], c["ar_tokens_per_s"])
             report["engine"] = {"pair_tokens_per_s": choice.pair_tokens_per_s,
                                 "engine_tokens_per_s": choice.engine_tokens_per_s, "hands_over": choice.engine_now()}
+    if target_runtime != "auto" and not target.remote:  # the runtime named here is what `auto` runs after it
+        cm, c = report.get("cost_model"), report.get("calibration")
+        keep(name, session.target_runtime, {session.target_runtime: cm["predicted_tokens_per_s"]} if cm else {},
+             session.target_runtime if c else None, (c or {}).get("vs_llamacpp"))
+        report["runtimes"]["kept"] = session.target_runtime
     return report
 
 
@@ -195,7 +201,8 @@ def format_report(r: dict) -> str:
              f"  vocabulary: drafter {v['drafter']}, target {v['target']}, shared {v['shared']} "
              f"({v['shared_of_drafter']:.1%} of the drafter's, {v['shared_of_target']:.1%} of the target's)",
              f"  n-gram cache: {g['seeded']} seeded, {g['learned']} learned",
-             f"  runtimes: drafter {r['runtimes']['drafter']}, target {r['runtimes']['target']}"]
+             f"  runtimes: drafter {r['runtimes']['drafter']}, target {r['runtimes']['target']}"
+             + (" (kept for this machine: --target-runtime auto runs it)" if r["runtimes"].get("kept") else "")]
     compared = r["runtimes"].get("compared")
     if compared and len(compared["predicted_tokens_per_s"]) > 1:
         lines.append("  target runtimes on this CPU: " + "; ".join(

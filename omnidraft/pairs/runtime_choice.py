@@ -4,11 +4,13 @@ not a constant (the ExecuTorch program beats llama.cpp on one CPU and trails it 
 can load (its own v(n), the drafter's cost and the acceptance the pairing measured). The fastest
 prediction is kept, except where llama.cpp is predicted faster than the bit-exact program by less
 than the predictions' error (NEAR): then the program is calibrated beside llama.cpp alone and
-kept unless it ran slower (``settle``). The choice goes to pairs/<pair>/runtime.json with the CPU
-and thread count it was measured on. A target runtime of ``auto`` then loads that one; without a
-choice kept for this machine, ``auto`` is the program when one is exported, else PyTorch
-(pairs/build.py). ``exact`` keeps to the bit-exact runtimes: the program (batch-invariant) and
-PyTorch; llama.cpp's multi-token calls are not batch-invariant.
+kept unless it ran slower (``settle``). A pairing on a runtime the user named keeps that one
+(``keep``): a GGUF paired on llama.cpp is not converted for PyTorch by the next `auto` run. The
+choice goes to pairs/<pair>/runtime.json with the CPU and thread count it was measured on. A
+target runtime of ``auto`` then loads that one; without a choice kept for this machine, ``auto``
+is the program when one is exported, else PyTorch (pairs/build.py). ``exact`` keeps to the
+bit-exact runtimes: the program (batch-invariant) and PyTorch; llama.cpp's multi-token calls are
+not batch-invariant.
 
 Knows the file and the runtimes' names; nothing about loading or timing them.
 """
@@ -79,8 +81,16 @@ def settle(pair: str, predicted: dict[str, float], calibrated: str, vs_llamacpp:
     chosen = calibrated
     if calibrated not in INEXACT and vs_llamacpp is not None and vs_llamacpp < 1.0 and "llamacpp" in predicted:
         chosen = "llamacpp"
+    keep(pair, chosen, predicted, calibrated, vs_llamacpp)
+    return chosen
+
+
+def keep(pair: str, chosen: str, predicted: dict[str, float], calibrated: str | None,
+         vs_llamacpp: float | None) -> None:
+    """``chosen`` is what ``auto`` loads for ``pair`` on this machine, kept with the predictions
+    (runtime -> decoding tokens/s; the runtimes a Session may route between) and the calibration
+    behind it."""
     atomic_write_json(pair_dir(pair) / FILE, {"target": chosen, "predicted_tokens_per_s":
                                               {r: round(v, 3) for r, v in predicted.items()},
                                               "measured_vs_llamacpp": vs_llamacpp, "calibrated_on": calibrated,
                                               "on": machine()})
-    return chosen

@@ -83,11 +83,18 @@ def test_bad_input_is_one_line_and_leaves_the_cache(lm, tmp_path):
 
 
 def test_a_session_on_llamacpp_is_its_own_greedy_output(gguf, smollm_tok, qwen_tok, tmp_path, monkeypatch):
+    """Paired on llama.cpp, the GGUF is what a Session with the default runtime (`auto`) loads."""
     from omnidraft import Runtime, Session, TargetRef
+    from omnidraft.jobs.pairing import pair
 
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
     drafter = str(save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter"))
-    s = Session(drafter, TargetRef(str(gguf)), k=3, runtime=Runtime(target="llamacpp"), log=False)
+    named = Session(drafter, TargetRef(str(gguf)), k=3, runtime=Runtime(target="llamacpp"), log=False)
+    report = pair(TargetRef(str(gguf)), drafter, target_runtime="llamacpp", calibration_s=0, llamacpp=False,
+                  session=named, say=lambda *a, **k: None)
+    named.close()
+    assert report["runtimes"]["kept"] == "llamacpp"
+    s = Session(drafter, TargetRef(str(gguf)), k=3, log=False)
     assert s.target_runtime == "llamacpp" and s.target_model.n_ctx >= 1024
     own = LocalTarget(LlamaCppLM(gguf, n_ctx=512, threads=1))
     for prompt in (PROMPT, "for i in range(10):", "The weather today"):

@@ -92,3 +92,30 @@ def test_a_near_tie_goes_to_llama_cpp_when_the_pair_measured_slower_than_it(home
     assert compared["measured_vs_llamacpp"] < 1.0 and compared["chosen"] == "llamacpp" and reopened == ["llamacpp"]
     assert resolve(report["pair"], "auto", exact=False) == "llamacpp"
     assert "llama.cpp alone: not kept" in format_report(report)
+
+
+def test_a_runtime_named_at_pairing_is_what_auto_runs_after_it(home, models, monkeypatch):  # noqa: F811
+    """A pairing on a named runtime keeps it for `auto` on this machine (a GGUF paired on llama.cpp
+    is not converted for PyTorch by the next run: tests/device/test_llamacpp.py), with its
+    prediction and no other runtime to route to; `exact` still refuses an inexact choice."""
+    import json
+
+    from omnidraft import Session
+    from omnidraft.jobs import pairing
+    from omnidraft.pairs import programs
+    from omnidraft.pairs.runtime_choice import FILE, resolve
+    from omnidraft.pairs.spec import pair_dir
+
+    monkeypatch.setattr(programs, "ensure", lambda *a, **k: {})
+    report = pairing.pair(models[1], models[0], calibration_s=4.0, max_new_tokens=6, llamacpp=False,
+                          target_runtime="eager", say=lambda *a, **k: None)
+    assert report["runtimes"]["kept"] == "eager" and resolve(report["pair"], "auto", exact=False) == "eager"
+    kept = json.loads((pair_dir(report["pair"]) / FILE).read_text())
+    assert kept["predicted_tokens_per_s"] == {"eager": round(report["cost_model"]["predicted_tokens_per_s"], 3)}
+    assert "target eager (kept for this machine: --target-runtime auto runs it)" in format_report(report)
+    s = Session(models[0], models[1], log=False)
+    assert s.target_runtime == "eager" and s.routes == []
+    s.close()
+    kept["target"] = "llamacpp"
+    (pair_dir(report["pair"]) / FILE).write_text(json.dumps(kept))
+    assert resolve(report["pair"], "auto", exact=True) == "auto"
