@@ -7,7 +7,6 @@ Knows package names, chunk order and checksums; it does not know how models are 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.metadata as md
@@ -23,6 +22,7 @@ from typing import Callable, Iterator
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.home import subdir
+from omnidraft.models import gguf_read
 from omnidraft.quiet import loading_quietly
 
 FORMAT_VERSION = 1
@@ -115,29 +115,7 @@ def tokenizer_dir(name: str, progress: Progress = _stderr) -> Path:
     dest = subdir("tokenizers") / name
     if (dest / "tokenizer_config.json").is_file():
         return dest
-    from transformers import AutoTokenizer
-
-    gguf = ensure_gguf(name, progress)
-    tmp = dest.with_name(dest.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with _gguf_kept():
-        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                      **_tokenizer_type(gguf)).save_pretrained(str(tmp))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
-    return dest
-
-
-def _tokenizer_type(gguf: Path) -> dict:
-    """``tokenizer_type`` for AutoTokenizer when the GGUF's architecture names a tokenizer class
-    (qwen2, gemma3: the same files written, 3 s instead of 12 for Qwen's on an AVX2-only EPYC,
-    8 instead of 38 for Gemma's), else nothing: without it transformers parses all of the file's
-    metadata a second time to build a model config, only to learn that class from it."""
-    from transformers.integrations.gguf import read_gguf_metadata
-    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
-
-    arch = read_gguf_metadata(str(gguf))[0].get("general.architecture")
-    return {"tokenizer_type": arch} if arch in TOKENIZER_MAPPING_NAMES else {}
+    return gguf_read.write_tokenizer(ensure_gguf(name, progress), dest)
 
 
 def list_models() -> list[dict]:
@@ -285,63 +263,6 @@ def _verified(path: Path, sha256: str) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _gguf_progress(progress: Progress):
-    """transformers' GGUF reader draws its own tqdm bar (it ignores disable_progress_bar); report
-    its tensor loop through ``progress`` instead, a line per quarter, for the call's duration."""
-    from transformers import modeling_gguf_pytorch_utils as reader
-
-    def tensors(items, desc: str = "", **_):
-        items = list(items)
-        for i, item in enumerate(items):
-            if i % max(len(items) // 4, 1) == 0:
-                progress(f"dequantising tensors: {i}/{len(items)}")
-            yield item
-
-    bar, reader.tqdm = reader.tqdm, tensors
-    try:
-        yield
-    finally:
-        reader.tqdm = bar
-
-
-@contextlib.contextmanager
-def _gguf_kept():
-    """Three costs of transformers' GGUF loading that change no weight, cut for the call's
-    duration: it parses the file's metadata (every vocabulary string and merge) anew for the
-    tokenizer, the config and the tensors; gguf-py's reader slices the file's memmap once per
-    metadata item (~6 million numpy memmap slices for Qwen's 151,936 tokens and merges, 17 s on
-    an AVX2-only EPYC); and it builds gguf-py's tensor-name table anew for every submodule it
-    walks (~400 times for SmolLM2, ~25 ms each). Here each file is parsed once, over a plain
-    array view of the same memmap (4 s there), and each (architecture, depth) table built once."""
-    import gguf
-    import numpy as np
-
-    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict[tuple, object] = {}
-
-    class PlainReader(real_reader):  # the memmap as a plain view: same bytes, read-only as it is
-        @property
-        def data(self):
-            return self._plain
-
-        @data.setter
-        def data(self, value):
-            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
-
-    def reader(path, mode="r"):
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = PlainReader(path, mode)
-        return readers[key]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(real_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_map
-
-
 def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stderr) -> dict:
     """Load a GGUF with transformers (dequantised fp32) and save it as a safetensors model dir.
 
@@ -355,9 +276,9 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     shutil.rmtree(tmp, ignore_errors=True)
     progress(f"converting {gguf.name} to safetensors (one time; loads dequantised fp32 weights)")
     t0 = time.perf_counter()
-    with loading_quietly(), _gguf_kept():
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        with _gguf_progress(progress):
+    with loading_quietly(), gguf_read.parsed_once():
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, **gguf_read.tokenizer_type(gguf))
+        with gguf_read.reported(progress):
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                          dtype=torch.float32)
     gguf_load_s = time.perf_counter() - t0

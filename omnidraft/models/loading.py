@@ -40,14 +40,16 @@ def resolve(ref: str, *, fetch_missing: bool = True) -> tuple[Path, str | None]:
 
 
 def load_tokenizer(ref: str):
-    """The tokenizer of a model reference (a catalog model's without fetching its weights)."""
+    """The tokenizer of a model reference (a catalog model's without fetching its weights; a GGUF
+    file's written once to the home: models/gguf_read.py)."""
     from transformers import AutoTokenizer
 
-    from omnidraft.models import catalog
+    from omnidraft.models import catalog, gguf_read
 
     directory, gguf = (catalog.tokenizer_dir(ref), None) if ref in catalog.CATALOG else resolve(ref)
-    kwargs = {"gguf_file": gguf} if gguf else {}
-    tok = AutoTokenizer.from_pretrained(str(directory), **kwargs)
+    if gguf:
+        directory = gguf_read.tokenizer_for(directory / gguf)
+    tok = AutoTokenizer.from_pretrained(str(directory))
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is not None and type(backend.model).__name__ == "BPE":
         # transformers ignores this clean-up for BPE tokenizers, with a warning on every first

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from omnidraft import cli
-from omnidraft.models import catalog
+from omnidraft.models import catalog, gguf_read
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.loading import resolve
 
@@ -110,32 +110,6 @@ def test_cli_json_output(tmp_path, smollm_tok, capsys):
     assert len(out["token_ids"]) == 5 and out["metrics"]["strategy"] == "ar"
 
 
-def test_conversion_parses_each_gguf_once_over_a_plain_array_and_builds_each_name_table_once(tmp_path):
-    import gguf
-    import numpy as np
-
-    path = tmp_path / "t.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(2)
-    w.add_tensor("token_embd.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    real_reader, real_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    with catalog._gguf_kept():
-        first = gguf.GGUFReader(path)
-        assert gguf.GGUFReader(str(path)) is first
-        assert np.array_equal(first.tensors[0].data, real_reader(path).tensors[0].data)
-        # sliced as a plain array (no memmap bookkeeping per slice), read-only as the memmap is
-        assert type(first.data) is np.ndarray and not first.data.flags.writeable
-        assert list(first.fields) == list(real_reader(path).fields)
-        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
-        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
-        assert table.get_name("model.embed_tokens") == "token_embd"
-    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (real_reader, real_map)
-
-
 def test_a_tokenizer_written_from_the_gguf_alone_is_the_models_own(tmp_path, monkeypatch, qwen_tok):
     from transformers import AutoTokenizer
 
@@ -148,4 +122,4 @@ def test_a_tokenizer_written_from_the_gguf_alone_is_the_models_own(tmp_path, mon
     tok = AutoTokenizer.from_pretrained(str(folder))
     text = "def f(x):\n    return x ** 2  # the square, 平方\n"
     assert tok(text).input_ids == qwen_tok(text).input_ids and tok.chat_template == qwen_tok.chat_template
-    assert catalog._tokenizer_type(catalog.ensure_gguf("qwen2.5-coder-0.5b")) == {"tokenizer_type": "qwen2"}
+    assert gguf_read.tokenizer_type(catalog.ensure_gguf("qwen2.5-coder-0.5b")) == {"tokenizer_type": "qwen2"}
