@@ -285,9 +285,11 @@ def format_metrics(m: dict, paired: bool = True) -> str:
         line += f"\n  the serving engine's own output ({m['engine']['url']}), measured faster than the pair"
     elif paired:
         line += f"\n  adapter: {m.get('adapter') or 'none (the drafter unadapted)'}"
-    if m.get("target_runtime") == "llamacpp":
+    if m.get("target_runtime") == "llamacpp" and paired:
         line += ("\n  target on llama.cpp: exact with respect to the logits of its verify calls, which are not "
                  "batch-invariant (--exact keeps to the ExecuTorch program)")
+    elif m.get("target_runtime") == "llamacpp":
+        line += "\n  target on llama.cpp, one token a call: its own output"
     cm = m.get("cost_model")
     if cm:
         line += (f"\n  cost model: drafting k = {cm['k']} per round, predicted {cm['predicted_tokens_per_s']:.2f} "

@@ -110,7 +110,7 @@ class Session:
         if self._pair is not None and self.spec.target_tokenizer and not target.tokenizer:
             target = replace(target, tokenizer=self.spec.target_tokenizer)  # what `omnidraft pair` kept
         self.target, self.target_tok = load_target(target, sampling=sampling, verify=self.verify, runtime=runtime,
-                                                   note=_note)
+                                                   note=_note, exact=exact)
         self.target_runtime = "remote" if target.remote else runtime_kind(self.target_model)
         self.log = None
         self.draft_length = FixedK(0)

@@ -84,7 +84,8 @@ CATALOG: dict[str, ModelSpec] = {
 Progress = Callable[[str], None]
 
 
-def _stderr(msg: str) -> None:
+def progress_line(msg: str) -> None:
+    """A progress line on stderr, as the catalog's long steps report."""
     print(f"[omnidraft] {msg}", file=sys.stderr, flush=True)
 
 
@@ -106,7 +107,7 @@ def is_fetched(name: str) -> bool:
     return (model_dir(name) / _MARKER).is_file()
 
 
-def tokenizer_dir(name: str, progress: Progress = _stderr) -> Path:
+def tokenizer_dir(name: str, progress: Progress = progress_line) -> Path:
     """A directory holding the model's tokenizer: the fetched model's, else one written once from
     the packaged GGUF's metadata (seconds, where fetching converts every weight: what a model
     that runs from its GGUF on llama.cpp needs of it)."""
@@ -227,7 +228,7 @@ def _assemble(spec: ModelSpec, chunks: list[Path], out: Path, progress: Progress
     os.replace(tmp, out)
 
 
-def ensure_gguf(name: str, progress: Progress = _stderr) -> Path:
+def ensure_gguf(name: str, progress: Progress = progress_line) -> Path:
     """The assembled, sha256-verified GGUF of a catalog model. The check (1.6 s for the 1.5B's
     1 GB) runs again only when the file's size or modification time changed since it last passed
     (a ``.verified`` note beside it): a session on llama.cpp opens the file every start."""
@@ -263,7 +264,7 @@ def _verified(path: Path, sha256: str) -> bool:
     return True
 
 
-def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stderr) -> dict:
+def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = progress_line) -> dict:
     """Load a GGUF with transformers (dequantised fp32) and save it as a safetensors model dir.
 
     Atomic: written under ``dest.partial`` and renamed, with the marker file written last.
@@ -303,7 +304,7 @@ def convert_gguf(gguf: Path, dest: Path, extra: dict, progress: Progress = _stde
     return marker
 
 
-def fetch(name: str, progress: Progress = _stderr, keep_packages: bool = False) -> Path:
+def fetch(name: str, progress: Progress = progress_line, keep_packages: bool = False) -> Path:
     """Install, assemble, verify and convert a catalog model; returns its model directory."""
     spec = spec_for(name)
     dest = model_dir(name)
@@ -323,7 +324,7 @@ def _fetch_named(name: str, keep_packages: bool) -> Path:
 
 
 def _named(name: str, msg: str) -> None:
-    _stderr(f"{name}: {msg}")
+    progress_line(f"{name}: {msg}")
 
 
 def fetch_all(names: list[str], *, keep_packages: bool = False, workers: int = 2) -> Iterator[tuple[str, Path]]:

@@ -5,6 +5,7 @@ Knows where weights live and how to load them on CPU; nothing about decoding.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def load_model(ref: str, *, dtype: str = "fp32"):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from omnidraft.models import catalog, gguf_read
     from omnidraft.models.eager import CausalLM
     from omnidraft.quiet import loading_quietly
 
@@ -70,8 +72,12 @@ def load_model(ref: str, *, dtype: str = "fp32"):
         raise OmniDraftError(f"unknown dtype '{dtype}'", f"choose one of {', '.join(DTYPES)}")
     directory, gguf = resolve(ref)
     kwargs = {"gguf_file": gguf} if gguf else {}
+    # a GGUF file is dequantised on every load: its parsing shortcuts, and progress lines for its bar
+    reading = (gguf_read.parsed_once(), gguf_read.reported(catalog.progress_line)) if gguf else ()
     # Load fp32, then cast: passing dtype=bf16 with GGUF dequantisation misleads transformers.
-    with loading_quietly():
+    with loading_quietly(), contextlib.ExitStack() as stack:
+        for c in reading:
+            stack.enter_context(c)
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, **kwargs)
     if dtype == "bf16":
         model = model.to(torch.bfloat16)

@@ -1,7 +1,8 @@
 """Names to runnable parts: the drafter on its runtime (eager PyTorch or the exported ExecuTorch
 program), and the target (a local model on either runtime, a remote `omnidraft serve-target`, or
 a remote one that falls back to a local model) with its tokenizer. Runtime ``auto`` is the
-ExecuTorch program when one was exported for the model, else eager PyTorch (with a note).
+ExecuTorch program when one was exported for the model, else (a target's ``.gguf`` file, where
+llama-cpp-python is installed) llama.cpp, else eager PyTorch (with a note).
 
 Shared by the CLI and ``Session``; knows the loaders and runtimes, nothing about decoding. It
 imports serve/ because a URL names a remote target (serve/remote.py, serve/openai_api.py);
@@ -47,6 +48,13 @@ def _resolve(runtime: str, program) -> str:
     return "executorch" if (program / "program.pte").is_file() else "eager"
 
 
+def _llamacpp_file(name: str) -> bool:
+    """``name`` is a GGUF file and llama-cpp-python (the ``llamacpp`` extra) is installed."""
+    import importlib.util
+
+    return name.endswith(".gguf") and importlib.util.find_spec("llama_cpp") is not None
+
+
 def _eager(name: str, dtype: str, runtime: str, program, note, why: str = "") -> LM:
     """The eager model; with ``auto``, a note once it loaded (an unknown name is the error)."""
     lm = load_model(name, dtype=dtype)
@@ -85,13 +93,20 @@ def load_drafter(name: str, runtime: str = "eager", *, quant: str = "8da8w", max
 
 
 def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT, max_seq: int = 1024,
-                 dtype: str = "bf16", note=None) -> LM:
+                 dtype: str = "bf16", note=None, exact: bool = False) -> LM:
     """The target model ``name`` on ``runtime`` (``executorch``: its target program from
     `omnidraft export --target`, every position's logits; ``llamacpp``: its GGUF, a catalog
-    model's packaged file or the ``.gguf`` path itself, on llama.cpp with a LLAMACPP_CONTEXT window)."""
+    model's packaged file or the ``.gguf`` path itself, on llama.cpp with a LLAMACPP_CONTEXT window).
+    With ``auto``, a ``.gguf`` path with no exported program runs on llama.cpp where it is installed
+    (not with ``exact``: then PyTorch), rather than dequantised into PyTorch on every load."""
     from omnidraft.export.layout import program_dir
 
     _check_runtime(runtime, TARGET_RUNTIMES)
+    prog = program_dir(name, quant, max_seq, role="target")
+    if runtime == "auto" and _resolve(runtime, prog) == "eager" and not exact and _llamacpp_file(name):
+        runtime = "llamacpp"
+        if note:
+            note(f"{name}: no exported program; running the GGUF on llama.cpp")
     if runtime == "llamacpp":
         import torch
 
@@ -100,7 +115,6 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
 
         gguf = llamacpp_gguf(name, note or (lambda _m: None))
         return LlamaCppLM(gguf, n_ctx=LLAMACPP_CONTEXT, threads=torch.get_num_threads(), name=name)
-    prog = program_dir(name, quant, max_seq, role="target")
     if _resolve(runtime, prog) == "executorch":
         from omnidraft.device.runtime import ExecuTorchLM
 
@@ -113,7 +127,7 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
 
 
 def load_target(target: TargetRef, *, sampling: SamplingConfig, verify: str, runtime: Runtime = Runtime(),
-                note=None):
+                note=None, exact: bool = False):
     """(the Target, its tokenizer) for ``target`` (pairs/settings.py), verifying with ``sampling``
     in mode ``verify``. A local model is a LocalTarget over the model on ``runtime.target``; an
     http(s) URL a RemoteTarget (its tokenizer defaults to the fallback's, else the model name the
@@ -123,7 +137,7 @@ def load_target(target: TargetRef, *, sampling: SamplingConfig, verify: str, run
     from omnidraft.decode.target import LocalTarget
 
     if not target.remote:
-        lm = local_target(target.ref, runtime.target, dtype=runtime.dtype, note=note)
+        lm = local_target(target.ref, runtime.target, dtype=runtime.dtype, note=note, exact=exact)
         return LocalTarget(lm, sampling, verify), load_tokenizer(target.tokenizer or target.ref)
     from omnidraft.serve.remote import FallbackTarget, RemoteTarget
 

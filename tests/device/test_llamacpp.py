@@ -82,6 +82,26 @@ def test_bad_input_is_one_line_and_leaves_the_cache(lm, tmp_path):
         lm.extend([5], hidden=True)
 
 
+def test_a_gguf_file_on_auto_runs_on_llama_cpp_unless_exact(gguf, tmp_path, monkeypatch, capfd):
+    """A user's own GGUF with no exported program: `auto` runs it on llama.cpp, memory-mapped (alone
+    too: one token a call, its own output); with `exact`, on PyTorch, dequantised with progress
+    lines and no library bar."""
+    from omnidraft import Session, TargetRef
+    from omnidraft.pairs.build import local_target
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    notes = []
+    assert isinstance(local_target(str(gguf), "auto", note=notes.append), LlamaCppLM)
+    assert notes == [f"{gguf}: no exported program; running the GGUF on llama.cpp"]
+    capfd.readouterr()
+    assert isinstance(local_target(str(gguf), "auto", dtype="fp32", exact=True), CausalLM)
+    err = capfd.readouterr().err
+    assert "dequantising tensors: 0/" in err and "Converting and de-quantizing" not in err
+    alone = Session(None, TargetRef(str(gguf)), log=False)
+    assert alone.target_runtime == "llamacpp"
+    alone.close()
+
+
 def test_a_session_on_llamacpp_is_its_own_greedy_output(gguf, smollm_tok, qwen_tok, tmp_path, monkeypatch):
     """Paired on llama.cpp, the GGUF is what a Session with the default runtime (`auto`) loads."""
     from omnidraft import Runtime, Session, TargetRef
