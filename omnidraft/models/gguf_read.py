@@ -31,16 +31,20 @@ def tokenizer_for(gguf: Path) -> Path:
 
 
 def write_tokenizer(gguf: Path, dest: Path) -> Path:
-    """Write ``gguf``'s tokenizer to ``dest`` (atomically: a temp folder, then a rename); returns it."""
+    """Write ``gguf``'s tokenizer to ``dest`` (atomically: this process's temp folder, then a
+    rename; one another process finished first is kept); returns it."""
     from transformers import AutoTokenizer
 
     from omnidraft.quiet import loading_quietly
 
-    tmp = dest.with_name(dest.name + ".partial")
+    tmp = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     with loading_quietly(), parsed_once():
         AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                       **tokenizer_type(gguf)).save_pretrained(str(tmp))
+    if (dest / "tokenizer_config.json").is_file():
+        shutil.rmtree(tmp)
+        return dest
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
     return dest
