@@ -73,11 +73,10 @@ def load_model(ref: str, *, dtype: str = "fp32"):
     directory, gguf = resolve(ref)
     kwargs = {"gguf_file": gguf} if gguf else {}
     # a GGUF file is dequantised on every load: its parsing shortcuts, and progress lines for its bar
-    reading = (gguf_read.parsed_once(), gguf_read.reported(catalog.progress_line)) if gguf else ()
+    parsed = gguf_read.parsed_once() if gguf else contextlib.nullcontext()
+    reported = gguf_read.reported(catalog.progress_line) if gguf else contextlib.nullcontext()
     # Load fp32, then cast: passing dtype=bf16 with GGUF dequantisation misleads transformers.
-    with loading_quietly(), contextlib.ExitStack() as stack:
-        for c in reading:
-            stack.enter_context(c)
+    with loading_quietly(), parsed, reported:
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, **kwargs)
     if dtype == "bf16":
         model = model.to(torch.bfloat16)

@@ -51,8 +51,9 @@ def _resolve(runtime: str, program) -> str:
 def _llamacpp_file(name: str) -> bool:
     """``name`` is a GGUF file and llama-cpp-python (the ``llamacpp`` extra) is installed."""
     import importlib.util
+    from pathlib import Path
 
-    return name.endswith(".gguf") and importlib.util.find_spec("llama_cpp") is not None
+    return name.endswith(".gguf") and Path(name).is_file() and importlib.util.find_spec("llama_cpp") is not None
 
 
 def _eager(name: str, dtype: str, runtime: str, program, note, why: str = "") -> LM:
