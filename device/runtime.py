@@ -73,13 +73,27 @@ class ExecuTorchLM:
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, ptd: str | Path) -> None:
         """Run with the LoRA + head weights of ``ptd`` (checked against program.json first).
-        The cache restarts empty."""
-        from executorch.runtime import Runtime
-
+        The cache restarts empty. One program is in memory at a time: the running one is released
+        before the next loads (a swap would otherwise hold two copies of the weights, +320 MB for
+        SmolLM2's 8da8w program); if the next fails to load, the running adapter is loaded again
+        and the error raised."""
         ptd = Path(ptd)
         if not ptd.is_file():
             raise OmniDraftError(f"adapter file not found: {ptd}", "run `omnidraft export-adapter`")
         check_ptd(ptd, self.info)
+        running, self.tokens = self.ptd, []
+        self.program = self.method = self.decode = None
+        try:
+            self._load(ptd)
+        except OmniDraftError:
+            if running is not None:
+                self._load(running)
+            raise
+
+    def _load(self, ptd: Path) -> None:
+        """Load program.pte with ``ptd``'s weights and both its methods."""
+        from executorch.runtime import Runtime
+
         t0 = time.perf_counter()
         # kernels the program calls outside XNNPACK: the LLM custom ops (KV-cache update,
         # attention) and, for quantised programs, the quantised ops
@@ -88,16 +102,14 @@ class ExecuTorchLM:
             import executorch.kernels.quantized  # noqa: F401
         try:
             program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
-            self.method = program.load_method("forward")
+            method = program.load_method("forward")
             # both methods share the caches; load every one now (loading one initialises them)
-            self.decode = program.load_method("decode") if self.info.decode_window else None
+            decode = program.load_method("decode") if self.info.decode_window else None
         except (RuntimeError, ValueError) as err:
             raise OmniDraftError(f"ExecuTorch could not load {self.dir / 'program.pte'} with {ptd}: {err}",
                                  "re-export the program with this executorch version (it needs the "
                                  "LLM custom ops and, when quantised, the quantized kernels)") from err
-        self.program = program
-        self.ptd = ptd
-        self.tokens = []
+        self.program, self.method, self.decode, self.ptd = program, method, decode, ptd
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------ cache control

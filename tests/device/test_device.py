@@ -142,6 +142,33 @@ def test_adapters_change_outputs(exported):
     assert torch.equal(other.prefill([5, 6, 7, 8]).logits[0], outs[2])
 
 
+def test_an_adapter_swap_holds_one_program_and_a_failed_one_keeps_the_running_adapter(exported, monkeypatch):
+    import weakref
+
+    from executorch.runtime import Runtime
+
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, root, info, _ = exported
+    v1, v2 = _ptd(root, info, "v0001"), _ptd(root, info, "v0002")
+    lm = ExecuTorchLM(root / "prog", ptd=v1)
+    before = lm.prefill([5, 6, 7, 8]).logits[0]
+    running, real, released = weakref.ref(lm.program), Runtime.load_program, []
+
+    def load(self, path, *, data_path=None, **kw):
+        released.append(running() is None)  # the running program was freed before this load
+        if data_path == str(v2):
+            raise RuntimeError("Failed to load method forward")
+        return real(self, path, data_path=data_path, **kw)
+
+    monkeypatch.setattr(Runtime, "load_program", load)
+    with pytest.raises(OmniDraftError, match="could not load"):
+        lm.load_adapter(v2)
+    assert released == [True, True]  # v0002 failed, then v0001 was loaded again
+    assert lm.ptd == v1 and lm.length == 0
+    assert torch.equal(lm.prefill([5, 6, 7, 8]).logits[0], before)
+
+
 def test_speculative_on_program_equals_target(exported, cross):
     from omnidraft.device.runtime import ExecuTorchLM
 
