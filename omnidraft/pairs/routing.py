@@ -14,10 +14,12 @@ the context come only from the work itself, so how much they have sped a route's
 learnt from them (``observe``), by ``kind``: a completion continues its text, a chat answer to a
 long turn (pasted code or a passage to edit, quote or rewrite) repeats much of it, an answer to a
 short question little (on bench/results/llamacpp-20261128-1330's program code completions
-decoded at 11 tokens/s, edits, quotes and rewrites of pasted text at 20). Ties go to the
-bit-exact program. Every runtime's cache starts holding the chat template's preamble (``warm``):
-otherwise a runtime never chosen yet would be priced for the system prompt the other already
-holds, and never be chosen for chat.
+decoded at 11 tokens/s, edits, quotes and rewrites of pasted text at 20). A route that has not
+yet run a kind of work runs it once where forecast within TRY of the best: only the route that runs
+a kind learns what it takes, so a forecast off by more than the margin between the routes would
+otherwise never be corrected. Ties go to the bit-exact program. Every runtime's cache starts
+holding the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be
+priced for the system prompt the other already holds, and never be chosen for chat.
 
 Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omnidraft.models.lm import common_prefix, sync
+from omnidraft.pairs.cost import DECODE_MIN_TOKENS
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Route:
 
 
 PASTED = 48  # ids past the chat preamble from which a turn counts as carrying text to work on
+# a route's first forecast of a kind of work (from its other kinds' decoding) was off by up to 18%
+# on the AVX2-only EPYC (bench/results/decode-forecast-20261128-1533, kind, pass 1): a route that
+# has not run the kind yet and is forecast within this share of the best may be the faster one
+TRY = 0.15
 
 
 def kind(prompt_ids: list[int], preamble: list[int], chat: bool) -> str:
@@ -94,9 +101,16 @@ def choose(routes: list[Route], prompt_ids: list[int], budget: int,
            work: str = "") -> tuple[Route, dict[str, float]]:
     """(the route predicted to end first for work of kind ``work``, {runtime: predicted ms}) among
     those whose context window holds the prompt and ``budget`` tokens (none does: the widest
-    window alone); a tie goes to the first listed (the Session lists the bit-exact program first)."""
+    window alone); a tie goes to the first listed (the Session lists the bit-exact program first).
+    Where the best has run ``work`` before, a route that has not and is forecast within TRY of it
+    runs instead: once, as its generation teaches it the kind (a budget under DECODE_MIN_TOKENS
+    would teach it nothing)."""
     fits = [r for r in routes if r.target.max_length - len(prompt_ids) >= budget]
     fits = fits or [max(routes, key=lambda r: r.target.max_length)]
     times = {r.runtime: predicted_ms(r, prompt_ids, budget, work) for r in fits}
     best = min(fits, key=lambda r: times[r.runtime])
+    untried = [r for r in fits if work and budget >= DECODE_MIN_TOKENS
+               and work not in r.draft_length.model.decode_scales and times[r.runtime] <= (1 + TRY) * times[best.runtime]]
+    if untried and best not in untried:
+        best = min(untried, key=lambda r: times[r.runtime])
     return best, {rt: round(ms, 1) for rt, ms in times.items()}
