@@ -47,14 +47,16 @@ def one_token_at_a_time(lm, prompt_ids: list[int], n: int, stop: set[int]) -> tu
 
 
 def forecast_row(metrics: dict) -> dict:
-    """One routed generation: what routing predicted on the runtime it chose, and what it took."""
+    """One routed generation: what routing predicted on the runtime it chose (and every runtime's
+    predicted ms), and what it took."""
     f = metrics["forecast"]
     n, decode_s = metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"]
     return {"runtime": metrics["target_runtime"], "work": metrics["work"], "tokens": n,
             "prefill_ms": [round(f["prefill_ms"], 1), round(metrics["prefill_s"] * 1e3, 1)],
             "decode_tokens_per_s": [round(f["tokens_per_s"], 2), round(n / max(decode_s, 1e-9), 2)],
             "drafts_tokens_per_s": round(f["drafts_tokens_per_s"], 3),
-            "ms": [round(f["prefill_ms"] + n * 1e3 / f["tokens_per_s"], 1), round(metrics["wall_s"] * 1e3, 1)]}
+            "ms": [round(f["prefill_ms"] + n * 1e3 / f["tokens_per_s"], 1), round(metrics["wall_s"] * 1e3, 1)],
+            "predicted_ms": metrics["predicted_ms"]}
 
 
 def forecast_summary(rows: list[dict]) -> dict:
