@@ -41,7 +41,7 @@ def test_generate_runs_the_published_adapter_and_logs_its_verifications(home, mo
 
     drafter, target = models
     s = Session(drafter, target, runtime=FP32, log=False, k=2)
-    v1 = fresh_adapter(s)
+    v1 = fresh_adapter(s.store, s.spec.name, s.spec.drafter, s.base.model)
     v2 = _publish_perturbed(s)
     ref = s.generate(PROMPTS[0], max_new_tokens=12).token_ids  # greedy: the target's own, any adapter
     rc, out = _generate(capsys, drafter, target, "-k", "2")

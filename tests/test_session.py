@@ -66,7 +66,7 @@ def test_session_streams_the_targets_output_logs_and_hot_swaps(home, models, qwe
     assert "".join(pieces) == ref.text and s.last.token_ids == ref.token_ids
     assert s.log.count(s.spec.name) == 1 and s.version is None
     # a published version (LoRA B perturbed so the drafter really changes) is picked up live
-    v1 = fresh_adapter(s)
+    v1 = fresh_adapter(s.store, s.spec.name, s.spec.drafter, s.base.model)
     assert s.generate(PROMPTS[1], max_new_tokens=24).token_ids == generate_ar(t, qwen_tok, PROMPTS[1], max_new_tokens=24).token_ids
     assert s.version == v1
     from omnidraft.train.trainer import TrainConfig, attach_lora

@@ -31,30 +31,30 @@ def builtin_prompts() -> list[str]:
     return [p for pair in zip(code, chat) for p in pair]
 
 
-def first_adapter(session) -> str:
-    """Publish the pair's first version: the pre-adapted adapter the package ships for it
-    (adapters/shipped.py), else a fresh one."""
+def first_adapter(store, name: str, drafter: str, base=None) -> str:
+    """Publish pair ``name``'s first version in ``store``: the pre-adapted adapter the package
+    ships for it (adapters/shipped.py), else a fresh one (``fresh_adapter``)."""
     from omnidraft.adapters import shipped
 
-    return shipped.install(session.store, session.spec.name) or fresh_adapter(session)
+    return shipped.install(store, name) or fresh_adapter(store, name, drafter, base)
 
 
-def fresh_adapter(session) -> str:
-    """Publish the next version for the session's pair: a LoRA adapter whose B matrices are zero
-    (the drafter unchanged) and an untrained acceptance head."""
+def fresh_adapter(store, name: str, drafter: str, base=None) -> str:
+    """Publish pair ``name``'s next version: a LoRA adapter whose B matrices are zero (the drafter
+    unchanged) and an untrained acceptance head, made on a copy of ``base`` (the drafter's eager
+    model) or, without one, on ``drafter`` loaded eager."""
     from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.train.trainer import TrainConfig, attach_lora
 
-    if session.base is not None:
-        base = copy.deepcopy(session.base.model)
-    else:  # the drafter runs as a program: the adapter is made on the eager model
+    if base is not None:
+        base = copy.deepcopy(base)
+    else:
         from omnidraft.models.loading import load_model
 
-        base = load_model(session.spec.drafter, dtype="fp32").model
+        base = load_model(drafter, dtype="fp32").model
     model = attach_lora(base, TrainConfig())
     head = AcceptanceHead(base.config.hidden_size)
-    return session.store.publish(session.spec.name, model, meta={"fresh": True, "records_through": 0},
-                                 extra={"head": head.state_dict()})
+    return store.publish(name, model, meta={"fresh": True, "records_through": 0}, extra={"head": head.state_dict()})
 
 
 def forget_adapters(name: str) -> None:
@@ -90,14 +90,19 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     built = {} if session is not None else programs.ensure(drafter, target.ref, say=say,
                                                            target_program=target_runtime != "llamacpp")
     say(f"pairing {drafter} with {target.ref} ...")
-    if reset and session is None:  # before the session loads an adapter
-        forget_adapters(pair_name(drafter, target.ref))
     owned = session is None
+    if owned:  # before the session loads the drafter: it loads the first version, its program once
+        name, store = pair_name(drafter, target.ref), adapter_store()
+        if reset:
+            forget_adapters(name)
+        if store.latest(name) is None:
+            first_adapter(store, name, drafter)
     session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact,
                                  route=False)  # each runtime measured on its own
     name = session.spec.name
-    if session.store.latest(name) is None:
-        first_adapter(session)
+    if session.store.latest(name) is None:  # a given session's pair
+        first_adapter(session.store, name, session.spec.drafter,
+                      None if session.base is None else session.base.model)
     session.refresh()
     latest = session.store.list(name)[-1]
     start = "pre-adapted" if latest.get("pre_adapted") else "fresh" if latest.get("fresh") else "kept"
