@@ -109,8 +109,9 @@ def choose(routes: list[Route], prompt_ids: list[int], budget: int,
     fits = fits or [max(routes, key=lambda r: r.target.max_length)]
     times = {r.runtime: predicted_ms(r, prompt_ids, budget, work) for r in fits}
     best = min(fits, key=lambda r: times[r.runtime])
+    near = (1 + TRY) * times[best.runtime]
     untried = [r for r in fits if work and budget >= DECODE_MIN_TOKENS
-               and work not in r.draft_length.model.decode_scales and times[r.runtime] <= (1 + TRY) * times[best.runtime]]
+               and work not in r.draft_length.model.decode_scales and times[r.runtime] <= near]
     if untried and best not in untried:
         best = min(untried, key=lambda r: times[r.runtime])
     return best, {rt: round(ms, 1) for rt, ms in times.items()}
