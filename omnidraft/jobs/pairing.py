@@ -76,10 +76,12 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     token and tokenizer): build their ExecuTorch programs when missing (not the target's with
     ``target_runtime="llamacpp"``: its GGUF runs as it is), measure the cost model, and with
     ``auto`` the target's runtimes against each other (runtimes.py; a near tie settled by the
-    calibration, pairs/runtime_choice.py; only bit-exact ones with ``exact``), then calibrate for about ``calibration_s``
-    seconds beside the target alone and (``llamacpp``, when llama-cpp-python is installed and the
-    target has a GGUF) the target alone on llama.cpp. A ``target_runtime`` other than ``auto`` is
-    kept for ``auto`` on this machine. A given ``session`` runs on what it loaded."""
+    calibration, pairs/runtime_choice.py; only bit-exact ones with ``exact``), then calibrate for
+    about ``calibration_s`` seconds beside the target alone and (``llamacpp``, when
+    llama-cpp-python is installed and the target has a GGUF) the target alone on llama.cpp. A
+    ``target_runtime`` other than ``auto`` is kept for ``auto`` on this machine. The pair's first
+    adapter is published before its Session opens (the drafter's program loads once, with it); a
+    given ``session`` runs on what it loaded."""
     from omnidraft.pairs import programs
     from omnidraft.pairs.settings import Runtime
     from omnidraft.session import Session

@@ -9,8 +9,8 @@ kept unless it ran slower (``settle``). A pairing on a runtime the user named ke
 choice goes to pairs/<pair>/runtime.json with the CPU and thread count it was measured on. A
 target runtime of ``auto`` then loads that one; without a choice kept for this machine, ``auto``
 is the program when one is exported, else a ``.gguf`` target's llama.cpp (with the extra, not
-with ``exact``), else PyTorch (pairs/build.py). ``exact`` keeps to the bit-exact runtimes: the program (batch-invariant) and PyTorch; llama.cpp's multi-token calls are
-not batch-invariant.
+with ``exact``), else PyTorch (pairs/build.py). ``exact`` keeps to the bit-exact runtimes: the
+program (batch-invariant) and PyTorch; llama.cpp's multi-token calls are not batch-invariant.
 
 Knows the file and the runtimes' names; nothing about loading or timing them.
 """
