@@ -129,6 +129,7 @@ def main() -> int:
     sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
             "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=12)],
             "copy-heavy": [(p, True) for p in copy_work(args.copy)]}
+    sets = {name: prompts for name, prompts in sets.items() if prompts}  # --code 0 etc.: a set left out
     rows = list(sessions) + list(alone) + list(runs)
     tally = {s: {r: benchio.Tally() for r in rows} for s in sets}
     forwards = defaultdict(int)
@@ -194,7 +195,7 @@ def main() -> int:
                                   predicted_decode_tokens_per_s={f"{n} / {r}": v for (n, r), v in predicted.items()},
                                   exactness=exactness, forecasts=dict(forecasts),
                                   forecast_summary={n: forecast_summary(f) for n, f in forecasts.items()})
-    md = [f"{args.drafter} -> {args.target}, greedy, {args.max_new_tokens} new tokens, prefill included, interleaved "
+    md = [f"{args.drafter} -> {args.target}, greedy, up to {args.max_new_tokens} new tokens (an answer ends there or at its end), prefill included, interleaved "
           f"per prompt (rotating order). CPU: {cpu_line}. `auto` runs: **{auto}** (kept by `omnidraft pair`)"
           + (", each generation routed to the program or llama.cpp (pairs/routing.py)." if sessions[AUTO].routes
              else "."),
