@@ -6,6 +6,7 @@ Knows paths and files; nothing about what is in them or which folder they belong
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from contextlib import contextmanager
@@ -27,3 +28,15 @@ def atomic_write_json(path: Path, obj, **dumps) -> None:
     """Write ``json.dumps(obj, **dumps)`` to ``path`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, **dumps))
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``.lock for the block (other processes' and threads' blocks
+    on the same path wait): for a read-modify-write of ``path``."""
+    with open(f"{path}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

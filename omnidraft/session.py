@@ -116,6 +116,7 @@ class Session:
         self.draft_length = FixedK(0)
         self.engine = self.engine_choice = None
         self.routes: list[Route] = []  # when generations choose their runtime (pairs/routing.py)
+        self._cost_base: dict = {}  # cost file -> the record this Session last read or wrote there
         if self.alone:
             self._hold_preamble()
             return
@@ -166,10 +167,11 @@ class Session:
 
     def _cost_model(self) -> CostModelK:
         """The pair's cost model on these runtimes (measured once, kept in the pair's folder)."""
-        from omnidraft.pairs.cost import for_pair
+        from omnidraft.pairs.cost import for_pair, record
 
         dl, self.cost_path, self.cost_on = for_pair(self.spec.name, self.target.model, self.drafter, self.runtime.dtype,
                                                     progress=lambda s: _note(f"cost model: {s}"))
+        self._cost_base[self.cost_path] = record(dl.model, dl.reached, dl.accepted, self.cost_on)
         return dl
 
     def _routes(self, exact: bool) -> list:
@@ -177,7 +179,7 @@ class Session:
         (not llama.cpp with ``exact``), the program first (ties go to it), when the other loads
         here and reads the same vocabulary; else none."""
         from omnidraft.pairs.build import local_target
-        from omnidraft.pairs.cost import for_pair
+        from omnidraft.pairs.cost import for_pair, record
 
         other = {"executorch": "llamacpp", "llamacpp": "executorch"}.get(self.target_runtime)
         timed = (load_choice(self.spec.name) or {}).get("predicted_tokens_per_s", {})
@@ -191,6 +193,7 @@ class Session:
             return []
         dl, path, on = for_pair(self.spec.name, lm, self.drafter, self.runtime.dtype,
                                 progress=lambda s: _note(f"cost model: {s}"))
+        self._cost_base[path] = record(dl.model, dl.reached, dl.accepted, on)
         routes = [Route(self.target_runtime, self.target, self.draft_length, self.cost_path, self.cost_on),
                   Route(other, LocalTarget(lm, self.sampling, self.verify), dl, path, on)]
         return sorted(routes, key=lambda r: r.runtime in INEXACT)
@@ -258,12 +261,22 @@ class Session:
                 dl.probe_soon()  # a new adapter may draft better
 
     def save_cost(self) -> None:
-        """Keep what this session learned about acceptance for the next one."""
+        """Keep what this session learned about acceptance and prices for the next one, merged with
+        what other Sessions of the pair kept there meanwhile (pairs/cost_merge.py), and go on from
+        the merged model."""
         from omnidraft.pairs import cost
 
         dl = self.draft_length
-        if isinstance(dl, CostModelK):
-            cost.save(self.cost_path, dl.model, dl.reached, dl.accepted, self.cost_on)
+        if not isinstance(dl, CostModelK):
+            return
+        base = self._cost_base.get(self.cost_path)
+        mine = cost.record(dl.model, dl.reached, dl.accepted, self.cost_on)
+        written = self._cost_base[self.cost_path] = cost.save(self.cost_path, dl.model, dl.reached, dl.accepted,
+                                                              self.cost_on, base=base)
+        if written != mine:  # another Session's evidence joined this one's
+            model, dl.reached, dl.accepted = cost.parse(written)
+            vars(dl.model).update(vars(model))
+            dl.reestimate()
 
     # ------------------------------------------------------------------ generation
     @contextmanager

@@ -435,3 +435,26 @@ def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models,
     assert isinstance(Session(drafter, target, runtime=FP32, log=False, k=3).draft_length, FixedK)
     s.close()
     again.close()
+
+
+def test_two_sessions_of_a_pair_keep_both_their_acceptance_evidence(home, models):
+    """An app's Session and the CLI's, open at once on one pair, each save what they learnt: the
+    cost file holds both Sessions' drafted rounds (not the last writer's alone), and each Session
+    goes on from the merged counts."""
+    from omnidraft import Session
+
+    drafter, target = models
+    sessions = [Session(drafter, target, runtime=FP32, log=False) for _ in range(2)]  # both read one file
+    start = sessions[0].draft_length.reached[:1] or [0.0]
+    drafted = [0, 0]  # rounds that proposed, per Session: each adds one to reached[0]
+    for i, s in enumerate(sessions):
+        real = s.draft_length.observe
+        s.draft_length.observe = lambda p, a, real=real, i=i: (drafted.__setitem__(i, drafted[i] + (p > 0)), real(p, a))
+    for s, prompt in zip(sessions, PROMPTS):
+        s.generate(prompt, max_new_tokens=12)  # no acceptance known yet: each probes
+    assert all(drafted)
+    saved = json.loads(sessions[0].cost_path.read_text())
+    assert saved["reached"][0] == start[0] + sum(drafted)
+    assert sessions[1].draft_length.reached == saved["reached"]  # the last to save went on from the merge
+    for s in sessions:
+        s.close()

@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.fsio import atomic_write_json
+from omnidraft.fsio import atomic_write_json, locked
+from omnidraft.pairs.cost_merge import merge
 
 CONTEXT = 64  # tokens in the cache before a timed call (a short prompt's worth)
 # what a session times: v(1..9) for k <= 8, and the wider calls a long copy from the context is
@@ -303,19 +304,45 @@ def measured_on(target_runtime: str, drafter_runtime: str) -> dict:
             "cpu": cpu_info()["model"], "threads": torch.get_num_threads()}
 
 
-def save(path: Path, model: CostModel, reached: list[float], accepted: list[float], on: dict) -> None:
-    """The pair's cost model with the per-position acceptance counts behind its choice."""
-    atomic_write_json(path, {"model": model.to_dict(), "reached": reached, "accepted": accepted, "on": on})
+def record(model: CostModel, reached: list[float], accepted: list[float], on: dict) -> dict:
+    """What a cost file holds, as its JSON reads back."""
+    return json.loads(json.dumps({"model": model.to_dict(), "reached": reached, "accepted": accepted, "on": on}))
+
+
+def save(path: Path, model: CostModel, reached: list[float], accepted: list[float], on: dict,
+         base: dict | None = None) -> dict:
+    """Keep the pair's cost model with the per-position acceptance counts behind its choice. With
+    ``base`` (the record this process last read or wrote there), what it learnt since is merged
+    into what another Session wrote since (pairs/cost_merge.py). Returns the record written."""
+    mine = record(model, reached, accepted, on)
+    with locked(path):
+        theirs = _read(path)
+        if base is not None and theirs is not None and theirs.get("on") == on and theirs != base:
+            try:
+                merged = merge(base, mine, theirs)
+                parse(merged)  # what the next load reads
+                mine = merged
+            except (KeyError, TypeError, ValueError, AttributeError):  # a damaged file: this record replaces it
+                pass
+        atomic_write_json(path, mine)
+    return mine
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | None:
     """(model, reached, accepted) saved for the same runtimes, CPU and threads, else None."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("on") != on:
-        return None
+    data = _read(path)
+    return None if data is None or data.get("on") != on else parse(data)
+
+
+def parse(data: dict) -> tuple[CostModel, list[float], list[float]]:
+    """(model, reached, accepted) of a cost file's record."""
     m = data["model"]
     model = CostModel(verify_ms={int(w): float(ms) for w, ms in m["verify_ms"].items()},
                       drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)),
