@@ -3,7 +3,8 @@ to the engine: the engine generating alone server-side needs no per-token round 
 some servers (llama-cpp-python's echo path costs ~0.1 s per prompt position) it beats the pair.
 The pair's and the engine's tokens/s are first measured by `omnidraft pair`, then updated by
 every generation (the engine's runs and the pair's probes, one every PROBE_EVERY generations),
-and kept in the pair's folder (engine.json).
+and kept in the pair's folder (engine.json), which every Session of the pair folds its generations
+into (each read and written again under a lock, so Sessions open at once keep each other's).
 
 Knows those two figures and their file; nothing about HTTP, decoding or the Session.
 """
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from omnidraft.fsio import atomic_write_json
+from omnidraft.fsio import atomic_write_json, locked
 
 PROBE_EVERY = 16  # engine generations between two pair generations (a new adapter may win)
 WEIGHT = 0.25  # a new measurement's weight in the running estimate
@@ -30,12 +31,20 @@ class EngineChoice:
     @classmethod
     def load(cls, path: Path) -> "EngineChoice":
         """The kept figures, or none (a missing or unreadable file: the pair runs until measured)."""
+        choice = cls(Path(path))
+        choice._reload()
+        return choice
+
+    def _reload(self) -> None:
+        """The file's figures in place of these (an unreadable file: these stay)."""
         try:
-            data = json.loads(Path(path).read_text())
-            return cls(Path(path), *(data.get(k) for k in ("pair_tokens_per_s", "engine_tokens_per_s")),
-                       int(data.get("since_probe", 0)))
+            data = json.loads(self.path.read_text())
+            pair, engine = (None if data.get(k) is None else float(data[k])
+                            for k in ("pair_tokens_per_s", "engine_tokens_per_s"))
+            self.pair_tokens_per_s, self.engine_tokens_per_s = pair, engine
+            self.since_probe = int(data.get("since_probe", 0))
         except (OSError, ValueError, TypeError, AttributeError):
-            return cls(Path(path))
+            pass
 
     def engine_now(self) -> bool:
         """Hand this generation to the engine: it is measured faster, and no probe is due."""
@@ -54,10 +63,12 @@ class EngineChoice:
             return
         rate = tokens / seconds
         key = "engine_tokens_per_s" if engine else "pair_tokens_per_s"
-        old = getattr(self, key)
-        setattr(self, key, rate if old is None else (1 - WEIGHT) * old + WEIGHT * rate)
-        self.since_probe = self.since_probe + 1 if engine else 0
-        self._save()
+        with locked(self.path):
+            self._reload()  # what the pair's other Sessions folded in meanwhile
+            old = getattr(self, key)
+            setattr(self, key, rate if old is None else (1 - WEIGHT) * old + WEIGHT * rate)
+            self.since_probe = self.since_probe + 1 if engine else 0
+            self._save()
 
     def _save(self) -> None:
         r = (lambda v: None if v is None else round(v, 3))
