@@ -271,9 +271,8 @@ class Session:
             return
         base = self._cost_base.get(self.cost_path)
         mine = cost.record(dl.model, dl.reached, dl.accepted, self.cost_on)
-        written = self._cost_base[self.cost_path] = cost.save(self.cost_path, dl.model, dl.reached, dl.accepted,
-                                                              self.cost_on, base=base)
-        if written != mine:  # another Session's evidence joined this one's
+        written = self._cost_base[self.cost_path] = cost.write(self.cost_path, mine, base)
+        if written is not mine:  # another Session's evidence joined this one's
             model, dl.reached, dl.accepted = cost.parse(written)
             vars(dl.model).update(vars(model))
             dl.reestimate()

@@ -309,15 +309,18 @@ def record(model: CostModel, reached: list[float], accepted: list[float], on: di
     return json.loads(json.dumps({"model": model.to_dict(), "reached": reached, "accepted": accepted, "on": on}))
 
 
-def save(path: Path, model: CostModel, reached: list[float], accepted: list[float], on: dict,
-         base: dict | None = None) -> dict:
-    """Keep the pair's cost model with the per-position acceptance counts behind its choice. With
-    ``base`` (the record this process last read or wrote there), what it learnt since is merged
-    into what another Session wrote since (pairs/cost_merge.py). Returns the record written."""
-    mine = record(model, reached, accepted, on)
+def save(path: Path, model: CostModel, reached: list[float], accepted: list[float], on: dict) -> None:
+    """Keep the pair's cost model with the per-position acceptance counts behind its choice."""
+    write(path, record(model, reached, accepted, on))
+
+
+def write(path: Path, mine: dict, base: dict | None = None) -> dict:
+    """Keep the cost record ``mine``. With ``base`` (the record this process last read or wrote
+    there), what it learnt since is merged into what another Session wrote since
+    (pairs/cost_merge.py). Returns the record written: ``mine`` itself where nothing was merged."""
     with locked(path):
         theirs = _read(path)
-        if base is not None and theirs is not None and theirs.get("on") == on and theirs != base:
+        if base is not None and theirs is not None and theirs.get("on") == mine["on"] and theirs != base:
             try:
                 merged = merge(base, mine, theirs)
                 parse(merged)  # what the next load reads

@@ -1,4 +1,4 @@
-"""Two Sessions keeping one cost file (pairs/cost_merge.py, cost.save with a base): what each learnt
+"""Two Sessions keeping one cost file (pairs/cost_merge.py, cost.write with a base): what each learnt
 since it read the file joins what the other wrote meanwhile, rather than replacing it."""
 
 import json
@@ -41,21 +41,21 @@ def test_a_session_that_timed_the_target_again_keeps_its_model_and_both_counts()
     assert reached == [12.0] and accepted == [9.0]
 
 
-def test_save_with_a_base_merges_what_another_session_wrote_since(tmp_path):
+def test_a_write_with_a_base_merges_what_another_session_wrote_since(tmp_path):
     path = tmp_path / "cost.json"
-    start = cost.save(path, CostModel(dict(TIMED), 2.0), [4.0], [2.0], ON)
-    other = cost.save(path, CostModel(dict(TIMED), 2.0), [9.0], [6.0], ON, base=start)  # +5 rounds, +4 accepted
+    start = cost.write(path, rec(CostModel(dict(TIMED), 2.0), [4.0], [2.0]))
+    other = cost.write(path, rec(CostModel(dict(TIMED), 2.0), [9.0], [6.0]), start)  # +5 rounds, +4 accepted
     assert other["reached"] == [9.0]  # nobody wrote between: its own record
-    mine = cost.save(path, CostModel(dict(TIMED), 2.0), [7.0], [3.0], ON, base=start)  # +3, +1 from the same start
+    mine = cost.write(path, rec(CostModel(dict(TIMED), 2.0), [7.0], [3.0]), start)  # +3, +1 from the same start
     assert mine["reached"] == [12.0] and mine["accepted"] == [7.0]
     assert cost.load(path, ON)[1:] == ([12.0], [7.0])
-    cost.save(path, CostModel(dict(TIMED), 2.0), [1.0], [1.0], ON)  # no base (a new measurement): written as is
+    cost.write(path, rec(CostModel(dict(TIMED), 2.0), [1.0], [1.0]))  # no base (a new measurement): written as is
     assert cost.load(path, ON)[1:] == ([1.0], [1.0])
 
 
 def test_a_damaged_file_is_replaced_by_the_sessions_record(tmp_path):
     path = tmp_path / "cost.json"
-    start = cost.save(path, CostModel(dict(TIMED), 2.0), [4.0], [2.0], ON)
+    start = cost.write(path, rec(CostModel(dict(TIMED), 2.0), [4.0], [2.0]))
     path.write_text('{"model": {"pace": "fast"}, "reached": [1], "on": %s}' % json.dumps(ON))
-    assert cost.save(path, CostModel(dict(TIMED), 2.0), [6.0], [3.0], ON, base=start)["reached"] == [6.0]
+    assert cost.write(path, rec(CostModel(dict(TIMED), 2.0), [6.0], [3.0]), start)["reached"] == [6.0]
     assert cost.load(path, ON)[1:] == ([6.0], [3.0])
