@@ -29,7 +29,7 @@ class PairState:
         self.draft_tok = draft_tok
         self.target_tok = target_tok
         self.key = pair_key(draft_tok, target_tok, draft_vocab, target_vocab)
-        self.vmap: VocabMap = load_or_build(draft_tok, target_tok, draft_vocab, target_vocab)
+        self.vmap: VocabMap = load_or_build(draft_tok, target_tok, draft_vocab, target_vocab, self.key)
         self.cache = NgramCache(max_n=max_n, policy=policy, max_entries=max_entries,
                                 max_bytes=max_bytes)
         if persist and store_path is None:

@@ -1,7 +1,8 @@
 """Vocabulary map between a drafter and a target tokenizer: every token as raw bytes, direct
 mapping over the intersection of the two vocabularies, special tokens mapped by role.
 
-Built once per pair and cached on disk. Knows tokenizers; nothing about models or n-grams.
+Built once per pair and cached on disk, and read from disk once per process. Knows tokenizers;
+nothing about models or n-grams.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _TURN_TOKENS = {
     "turn_start": ("<|im_start|>", "<start_of_turn>", "<|start_header_id|>"),
 }
 FORMAT_VERSION = 1
+_LOADED: dict[str, "VocabMap"] = {}  # pair key -> map: each Session of a pair in this process reads it once
 
 
 @lru_cache(maxsize=1)
@@ -157,9 +159,17 @@ def pair_key(draft_tok, target_tok, draft_vocab: int, target_vocab: int) -> str:
     return f"{_fingerprint(draft_tok, draft_vocab)}-{_fingerprint(target_tok, target_vocab)}"
 
 
-def load_or_build(draft_tok, target_tok, draft_vocab: int, target_vocab: int) -> VocabMap:
-    """``build`` with an on-disk cache keyed by both tokenizers' content."""
-    key = pair_key(draft_tok, target_tok, draft_vocab, target_vocab)
+def load_or_build(draft_tok, target_tok, draft_vocab: int, target_vocab: int, key: str | None = None) -> VocabMap:
+    """``build`` with an on-disk cache keyed by both tokenizers' content (``key``: their
+    ``pair_key``, computed here if not given), held in memory for the process's later Sessions of
+    the pair (a map is never changed once built)."""
+    key = key or pair_key(draft_tok, target_tok, draft_vocab, target_vocab)
+    if key not in _LOADED:
+        _LOADED[key] = _load_or_build(draft_tok, target_tok, draft_vocab, target_vocab, key)
+    return _LOADED[key]
+
+
+def _load_or_build(draft_tok, target_tok, draft_vocab: int, target_vocab: int, key: str) -> VocabMap:
     path = subdir("vocab") / f"{key}.npz"
     if path.is_file():
         try:

@@ -1,9 +1,11 @@
 """Translator contract on a hand-built vocabulary: mapping rule (1) (direct map, n-gram merges
 and splits, an unmapped token ending the proposal) and rule (2)'s q', and the exact output
 distribution of rejection sampling with that q' against the point-mass rule (no sampling: the
-sums over every draft are computed)."""
+sums over every draft are computed); and a real pair's vocabulary map, built once and read once per
+process."""
 
 import numpy as np
+import pytest
 import torch
 
 from omnidraft.translate.ngram import NgramCache
@@ -124,3 +126,20 @@ def test_proposes_what_slem_proposes_for_the_same_draft(smollm_tok, qwen_tok):
                 slem.translate(drafts, ctx=ctx, history=history).target_ids
             checked += 1
     assert checked == 300
+
+
+def test_a_pairs_vocabulary_map_is_built_once_then_read_once_per_process(smollm_tok, qwen_tok, tmp_path, monkeypatch):
+    """The map is written to the home on first build; a process reads it from there once and hands
+    its later Sessions of the pair the same map (1-2 s a Session open with Qwen's 151,936 ids)."""
+    from omnidraft.translate import vocab
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    monkeypatch.setattr(vocab, "_LOADED", {})
+    sizes = (len(smollm_tok), len(qwen_tok))
+    built = vocab.load_or_build(smollm_tok, qwen_tok, *sizes)
+    assert len(list((tmp_path / "vocab").glob("*.npz"))) == 1
+    assert vocab.load_or_build(smollm_tok, qwen_tok, *sizes) is built
+    monkeypatch.setattr(vocab, "_LOADED", {})  # a new process: read from disk, equal to the built map
+    monkeypatch.setattr(vocab, "build", lambda *a: pytest.fail("built again though it was on disk"))
+    again = vocab.load_or_build(smollm_tok, qwen_tok, *sizes)
+    assert again is not built and np.array_equal(again.d2t, built.d2t) and again.target_bytes == built.target_bytes
