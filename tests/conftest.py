@@ -108,12 +108,14 @@ def vocab_len(tok) -> int:
 
 
 def tiny(arch: str, vocab: int, seed: int = 0, **over):
-    """A tiny random causal LM of the given architecture (fp32, eval)."""
+    """A tiny random causal LM of the given architecture (fp32, eval). Hidden size 32: a forward
+    through Qwen2.5's 151,936-id head reads 19 MB of weights instead of 39 MB at 64 (4.3 ms against
+    8.6 ms a token on an AVX2-only EPYC), and the speculative tests make thousands."""
     from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
                               Qwen2Config, Qwen2ForCausalLM)
 
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
     common.update(over)
     if arch == "llama":

@@ -68,7 +68,7 @@ def exported(smollm_tok, tmp_path_factory):
     versions = []
     for seed in (1, 2):  # trained with alpha 8 (not the program's 16): B is rescaled in the .ptd
         pm = attach_lora(copy.deepcopy(base), TrainConfig(rank=8, alpha=8))
-        versions.append((pm.eval(), AcceptanceHead(64, 32, 6.0).eval()))
+        versions.append((pm.eval(), AcceptanceHead(base.config.hidden_size, 32, 6.0).eval()))
         _adapter_version(*versions[-1], root / "store", "tiny--t", seed)
     return base, root, info, versions
 
@@ -199,7 +199,7 @@ def test_clear_errors(exported, tmp_path):
         for t in range(10):  # decoding past the cache
             lm.extend([t + 1])
     other = tmp_path / "other.ptd"
-    write_ptd({"lm.model.layers.0.self_attn.q_proj.lora_A.default.weight": torch.zeros(4, 64)}, set(), other)
+    write_ptd({"lm.model.layers.0.self_attn.q_proj.lora_A.default.weight": torch.zeros(4, 32)}, set(), other)
     with pytest.raises(OmniDraftError, match="made for another program"):
         lm.load_adapter(other)
     (tmp_path / "junk.ptd").write_bytes(b"not a ptd at all" * 4)
@@ -301,14 +301,14 @@ def test_program_layers_equal_hugging_face(arch):
     ids = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref = lm(ids).logits[0]  # [10, V]
-        prog = DraftProgram(copy.deepcopy(lm), AcceptanceHead(64, 16), max_seq=32)
+        prog = DraftProgram(copy.deepcopy(lm), AcceptanceHead(lm.config.hidden_size, 16), max_seq=32)
         assert (prog.rot is not None) == (arch != "gemma3")
         out = [prog(ids[:, :7], torch.tensor([0]))[0][0]]
         out += [prog(ids[:, j:j + 1], torch.tensor([j]))[0][0] for j in range(7, 10)]
     assert (torch.stack(out) - ref[6:]).abs().max() <= 1e-4
     if arch == "gemma3":  # a window shorter than the cache: refused, not silently wrong
         with pytest.raises(OmniDraftError, match="sliding-window"):
-            DraftProgram(tiny(arch, 300, sliding_window=8), AcceptanceHead(64, 16), max_seq=32)
+            DraftProgram(tiny(arch, 300, sliding_window=8), AcceptanceHead(lm.config.hidden_size, 16), max_seq=32)
 
 
 def test_publish_writes_the_ptd_of_every_program_of_the_drafter(exported, tmp_path, monkeypatch):

@@ -3,8 +3,6 @@ every position's logits equal the eager model's, a position's logits are the sam
 call width (also quantised), and greedy speculative decoding through it equals its own greedy
 decoding token for token."""
 
-import copy
-
 import pytest
 import torch
 
@@ -17,22 +15,24 @@ from omnidraft.propose.config import SpecConfig
 from omnidraft.sampling import SamplingConfig
 
 from ..conftest import once_per_run, tiny, vocab_len
+from ..export import same_bytes
 
 pytest.importorskip("executorch")
 
 
 def _export(qwen_tok, tmp_path_factory, quant: str):
-    """A tiny qwen2 target with one layer (seed 2), exported as a target program once per test
-    run (conftest.once_per_run)."""
-    from omnidraft.export.lower import ExportConfig, export_target
+    """The tiny one-layer qwen2 target of tests/export/same_bytes.py as a target program, exported
+    once per test run (conftest.once_per_run; its 8da8w program is the one test_lower.py ships)."""
+    from omnidraft.export.info import ProgramInfo
 
-    base = tiny("qwen2", vocab_len(qwen_tok), seed=2, num_hidden_layers=1)
-    base.generation_config.eos_token_id = [7, 9]
-    cfg = ExportConfig(drafter="tiny-t", quant=quant, max_seq=128, head_width=16, role="target", decode_window=64)
-    folder, info = once_per_run(tmp_path_factory, f"target-{quant}",
-                                lambda folder: export_target(copy.deepcopy(base), folder / "prog", cfg,
-                                                             log=lambda s: None))
-    return base, folder / "prog", info
+    vocab = vocab_len(qwen_tok)
+    if quant == "8da8w":
+        prog, _ = same_bytes.shipped(tmp_path_factory, "target", vocab)
+    else:
+        folder, _ = once_per_run(tmp_path_factory, f"target-{quant}",
+                                 lambda folder: same_bytes.export("target", vocab, folder / "prog", quant))
+        prog = folder / "prog"
+    return same_bytes.model("target", vocab), prog, ProgramInfo.load(prog / "program.json")
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_a_batch_invariant_program_needs_the_llama_layer_loop():
     from omnidraft.models.acceptance import AcceptanceHead
 
     with pytest.raises(OmniDraftError, match="batch-invariant"):
-        DraftProgram(tiny("gemma3", 300), AcceptanceHead(64, 16), max_seq=8, all_logits=True,
+        DraftProgram(tiny("gemma3", 300), AcceptanceHead(32, 16), max_seq=8, all_logits=True,
                      batch_invariant=True)
 
 

@@ -65,7 +65,7 @@ def test_bf16_and_hidden_states(qwen_tok):
     f = lm.extend([1, 2, 3], hidden=True)
     assert lm.dtype == torch.bfloat16
     assert f.logits.dtype == torch.float32 and f.logits.shape[0] == 3
-    assert f.hidden.shape == (3, 64)
+    assert f.hidden.shape == (3, model.config.hidden_size)
 
 
 def test_context_window_and_bad_rollback(smollm_tok):
