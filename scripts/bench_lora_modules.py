@@ -2,19 +2,19 @@
 stored for a pair (the target's greedy answers to corpus prompts; held-out prompts never in it),
 train one adapter per module set exactly as distill trains (same records, same schedule, loss and
 head) and report each one's held-out teacher-forced acceptance on code and on chat, with its
-position-by-position wins and losses against the zero adapter and against the first set; with
---adapter NAME=DIR, a trained adapter (a peft folder: the shipped one, a published version) judged
-beside them. With
---programs DIR, also what a module set costs on every draft: the drafter's program with that set's
-LoRA slots (as `omnidraft export --drafter D --quant 8da8w` builds it; exported into DIR when
-missing, ~9 min each on 2 cores), ms a token (its one-token method after a 64-token prefill, the
-programs interleaved in blocks).
+position-by-position wins and losses against the zero adapter and against the first set. With
+--adapter NAME=DIR, a trained adapter (a peft folder: the shipped one, a published version) is
+judged beside them. With --programs DIR, also what a module set costs on every draft: the
+drafter's program with that set's LoRA slots (as `omnidraft export --drafter D --quant 8da8w`
+builds it; exported into DIR when missing, ~9 min each on 2 cores), ms a token (its one-token
+method after a 64-token prefill, the programs interleaved in blocks).
 
 Trainings resume from --work (a checkpoint per set, as distill's), so a killed run goes on.
 
   omnidraft distill --target qwen2.5-coder-1.5b --code 40 --chat 40 --no-publish \\
-    && python scripts/bench_lora_modules.py --target qwen2.5-coder-1.5b --code 40 --chat 40 \
-    --programs /tmp/omnidraft-lora-modules/programs
+    && python scripts/bench_lora_modules.py --target qwen2.5-coder-1.5b --code 40 --chat 40 \\
+    --programs /tmp/omnidraft-lora-modules/programs \\
+    --adapter shipped=adapters/pretrained/smollm2-135m--qwen2.5-coder-1.5b
 Writes bench/results/lora-modules-<stamp>.{json,md}.
 """
 
@@ -99,6 +99,11 @@ def paired(before, after) -> tuple[int, int, float]:
     """(positions ``after`` gets right and ``before`` not, the reverse, their z score)."""
     wins, losses = int((after & ~before).sum()), int((before & ~after).sum())
     return wins, losses, round((wins - losses) / math.sqrt(max(wins + losses, 1)), 2)
+
+
+def cell(counts: tuple[int, int, float]) -> str:
+    """A table cell for ``paired``'s counts: "wins / losses (z)"."""
+    return f"{counts[0]} / {counts[1]} ({counts[2]:+.2f})"
 
 
 def main() -> int:
@@ -199,7 +204,6 @@ def main() -> int:
         run = runs.get(name, {"modules": [], "train_s": "", "trainable": 0})
         report_rows[name] = {**run, "acceptance": acc, "positions": {s: int(v.numel()) for s, v in h.items()},
                              "vs_zero": vs_zero, "vs_first": vs_first}
-        cell = lambda w: f"{w[0]} / {w[1]} ({w[2]:+.2f})"  # noqa: E731
         table.append([name, ", ".join(run["modules"]) or "-", run["trainable"], run["train_s"], acc["code"],
                       acc["chat"], *(cell(vs_zero[s]) for s in ("code", "chat")),
                       *(cell(vs_first[s]) if name not in ("zero adapter", first) else "" for s in ("code", "chat"))])
