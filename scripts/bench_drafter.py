@@ -65,7 +65,7 @@ def main() -> int:
     except OmniDraftError as err:
         print(f"bench_drafter: {err}", file=sys.stderr)
         return 2
-    ms = _token_ms(drafters, names, [int(c) for c in args.contexts.split(",")], args.calls, args.reps)
+    ms = token_ms(drafters, names, [int(c) for c in args.contexts.split(",")], args.calls, args.reps)
     log(f"ms per drafted token: {ms}")
 
     target = LocalTarget(local_target(args.target, "executorch", quant=args.quant))  # greedy
@@ -118,7 +118,7 @@ def main() -> int:
     return 0
 
 
-def _token_ms(drafters, names: list[str], contexts: list[int], calls: int, reps: int) -> dict:
+def token_ms(drafters, names: list[str], contexts: list[int], calls: int, reps: int) -> dict:
     """name -> {context: ms of a one-token call}, the best of ``reps`` interleaved rounds."""
     ids = list(range(1000, 1000 + max(contexts) + 1))
     best: dict[str, dict[int, float]] = {n: {} for n in names}

@@ -6,8 +6,8 @@ position-by-position wins and losses against the zero adapter and against the fi
 --adapter NAME=DIR, a trained adapter (a peft folder: the shipped one, a published version) is
 judged beside them. With --programs DIR, also what a module set costs on every draft: the
 drafter's program with that set's LoRA slots (as `omnidraft export --drafter D --quant 8da8w`
-builds it; exported into DIR when missing, ~9 min each on 2 cores), ms a token (its one-token
-method after a 64-token prefill, the programs interleaved in blocks).
+builds it; exported into DIR when missing, ~9 min each on 2 cores), ms a token (a one-token call
+after a 64-token prefill: the best of 12 interleaved rounds' medians, as bench_drafter times).
 
 Trainings resume from --work (a checkpoint per set, as distill's), so a killed run goes on.
 
@@ -23,14 +23,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_drafter import token_ms  # noqa: E402
+
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+CONTEXT = 64  # ids in the cache when a program's one-token call is timed
 SETS = {"attention": ATTENTION, "attention + MLP": ATTENTION + ("gate_proj", "up_proj", "down_proj")}
 
 
@@ -72,27 +73,6 @@ def program(drafter: str, modules: tuple[str, ...], folder: Path, log) -> Path:
         cfg = ExportConfig(drafter=drafter, **scheme_fields(DRAFTER_QUANT), max_seq=MAX_SEQ, lora_targets=modules)
         export_drafter(load_model(drafter, dtype="fp32").model, folder, cfg, log=log)
     return folder
-
-
-def ms_per_token(programs: dict[str, Path], blocks: int = 12, tokens: int = 24) -> dict[str, float]:
-    """ms a token of each program's one-token method after a 64-token prefill, interleaved in blocks."""
-    import torch
-
-    from omnidraft.device.runtime import ExecuTorchLM
-
-    lms = {name: ExecuTorchLM(d) for name, d in programs.items()}
-    ids = [int(x) for x in torch.randint(100, 40000, (64,), generator=torch.Generator().manual_seed(0))]
-    for lm in lms.values():
-        lm.prefill(ids)
-    times: dict[str, list[float]] = {name: [] for name in lms}
-    for _ in range(blocks):
-        for name, lm in lms.items():
-            lm.truncate(64)
-            t0 = time.perf_counter()
-            for j in range(tokens):
-                lm.extend([ids[j]])
-            times[name].append((time.perf_counter() - t0) / tokens * 1e3)
-    return {name: round(statistics.median(ts[2:]), 2) for name, ts in times.items()}
 
 
 def paired(before, after) -> tuple[int, int, float]:
@@ -193,7 +173,12 @@ def main() -> int:
     first = next(iter(sets))
     folders = {name: program(args.drafter, mods, Path(args.programs) / slug(name), log_)
                for name, mods in sets.items()} if args.programs else {}
-    ms = ms_per_token(folders) if folders else {}
+    ms = {}
+    if folders:
+        from omnidraft.device.runtime import ExecuTorchLM
+
+        best = token_ms([ExecuTorchLM(d) for d in folders.values()], list(folders), [CONTEXT], calls=24, reps=12)
+        ms = {name: by_context[CONTEXT] for name, by_context in best.items()}
     header = ["adapter", "modules", "LoRA parameters", "training s", "code acceptance", "chat acceptance",
               "vs zero adapter: code wins / losses (z)", "chat", f"vs {first}: code", "chat"]
     table, report_rows = [], {}
@@ -218,7 +203,8 @@ def main() -> int:
           f"prompts: {len(held['code'])} code, {len(held['chat'])} chat. CPU: {benchio.cpu_line(cpu, args.threads)}.",
           "", *benchio.table(header, table)]
     if ms:
-        md += ["", "Drafter program, ms a token (one-token method, 64-token context, median of interleaved blocks):",
+        md += ["", f"Drafter program, ms a token (a one-token call at {CONTEXT} ids of context: the best of 12 "
+               "interleaved rounds' medians of 24 calls):",
                "", *benchio.table(["program", "directory", "ms / token"],
                                   [[n, d, ms[n]] for n, d in folders.items()])]
     benchio.save(args.out, "lora-modules", "LoRA on which drafter modules (#54)", report, md)
