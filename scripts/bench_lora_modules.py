@@ -125,6 +125,9 @@ def main() -> int:
 
     log_ = benchsetup.logger("lora-modules")
     sets = {name: tuple(mods.split(",")) for name, mods in named(args.set).items()}
+    missing = [d for d in named(args.adapter).values() if not (Path(d) / "adapter_config.json").is_file()]
+    if missing:
+        raise SystemExit(f"bench_lora_modules: no peft adapter (adapter_config.json) in {', '.join(missing)}")
     db = pair_dir(pair_name(args.drafter, args.target)) / "distill" / "records.sqlite"
     if not db.is_file():
         raise SystemExit(f"bench_lora_modules: no distill records at {db}: run `omnidraft distill` first")
