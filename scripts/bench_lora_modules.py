@@ -50,14 +50,15 @@ def slug(name: str) -> str:
 
 
 def held_out(log) -> dict[str, list]:
-    """The stored held-out records by set: distill's first 24 are code prompts, the rest chat."""
+    """The stored held-out records by set: record ``heldout/<n>`` is distill's n-th held-out prompt."""
     from omnidraft.jobs.distill import DistillConfig
+    from omnidraft.train.corpus import heldout
     from omnidraft.train.records import Record
 
-    n_code = DistillConfig().heldout[0]
+    prompts = heldout(*DistillConfig().heldout)  # [(text, chat)]
     out: dict[str, list] = {"code": [], "chat": []}
     for _i, p, data in log.read("heldout", limit=10**9):
-        out["code" if int(p.split("/")[1]) < n_code else "chat"].append(Record.from_bytes(data))
+        out["chat" if prompts[int(p.split("/")[1])][1] else "code"].append(Record.from_bytes(data))
     return out
 
 
@@ -76,9 +77,12 @@ def program(drafter: str, modules: tuple[str, ...], folder: Path, log) -> Path:
 
 
 def paired(before, after) -> tuple[int, int, float]:
-    """(positions ``after`` gets right and ``before`` not, the reverse, their z score)."""
-    wins, losses = int((after & ~before).sum()), int((before & ~after).sum())
-    return wins, losses, round((wins - losses) / math.sqrt(max(wins + losses, 1)), 2)
+    """(positions ``after`` gets right and ``before`` not, the reverse, their z score), counted as the
+    daemon's guard counts them."""
+    from omnidraft.train.guard import judge
+
+    v = judge(before, after)
+    return v.wins, v.losses, round((v.wins - v.losses) / math.sqrt(max(v.wins + v.losses, 1)), 2)
 
 
 def cell(counts: tuple[int, int, float]) -> str:
