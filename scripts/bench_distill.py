@@ -1,6 +1,7 @@
 """The pre-adapted drafter (#54) against the zero adapter, on held-out code and chat prompts that
-are not in the distillation corpus (HumanEval 40+, our chat prompts 10+), interleaved per prompt
-(rotating order), greedy, prefill included: the pair with the distilled adapter, the pair with
+are not in the distillation corpus (HumanEval 40+, our chat prompts 10+, held-out ShareGPT first
+turns), interleaved per prompt (rotating order), greedy, prefill included, the Session's default
+128 new tokens: the pair with the distilled adapter, the pair with
 the drafter unadapted (each a Session with its defaults on the same runtimes: the cost model
 choosing k and copies, drafts stopping after a token the drafter gives < 0.5),
 the target alone on the same runtime, llama.cpp alone on the target's GGUF and transformers'
@@ -11,7 +12,8 @@ with its acceptance head deciding each draft's length (stop once the predicted c
 rejection passes gamma); with --priced, with the head ending each draft where the cost model
 prices drafting on below its cost; with --confidence, the first version and the zero adapter each
 stopping a draft after a token the drafter itself gives less than that probability (0: full
-drafts). Every pair output is checked against the target alone's (lossless).
+drafts). Every pair output is checked against the target alone's (lossless). Each ratio to the
+zero adapter comes with a 95% paired bootstrap interval over the prompts.
 
   omnidraft distill --target qwen2.5-coder-1.5b && python scripts/bench_distill.py --target qwen2.5-coder-1.5b
 Writes bench/results/distill-<stamp>.{json,md}.
@@ -34,7 +36,7 @@ def main() -> int:
     import benchio
     import benchsetup
 
-    ap = benchsetup.parser(__doc__, k=False, max_new_tokens=64, target="qwen2.5-coder-1.5b")
+    ap = benchsetup.parser(__doc__, k=False, max_new_tokens=128, target="qwen2.5-coder-1.5b")
     ap.add_argument("--version", nargs="+", default=None, help="the distilled adapter versions, each a row "
                     "(default: the pair's latest; the first named is the one the ratio columns compare)")
     ap.add_argument("--gamma", type=float, nargs="+", default=[], help="rows with the first version's acceptance "
@@ -46,6 +48,7 @@ def main() -> int:
                     "(0: full drafts)")
     ap.add_argument("--code", type=int, default=6)
     ap.add_argument("--chat", type=int, default=6)
+    ap.add_argument("--sharegpt", type=int, default=6, help="held-out ShareGPT first turns (a second chat set)")
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
     ap.add_argument("--target-runtime", default="executorch", help="the target's runtime for every pair row")
     ap.add_argument("--no-transformers", action="store_true", help="skip transformers' assisted generation")
@@ -63,6 +66,7 @@ def main() -> int:
     from omnidraft.models.lm import same_start
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.pairs.spec import adapter_store, pair_name
+    from omnidraft.train.corpus import heldout_sharegpt
 
     name = pair_name(args.drafter, args.target)
     versions = args.version or [adapter_store().latest(name)]
@@ -91,7 +95,9 @@ def main() -> int:
     alone_row = f"target alone ({first.target_runtime})"
     runs = baselines(args.target, args.drafter, args.threads, log, assisted=() if args.no_transformers else (BEST,))
     sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
-            "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=10)]}
+            "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=10)],
+            "sharegpt": [(p, True) for p in heldout_sharegpt(args.sharegpt)]}
+    sets = {name: prompts for name, prompts in sets.items() if prompts}
     models = [m for s in sessions.values() for m in (s.target_model, s.drafter)]
 
     positions = {row: defaultdict(lambda: [0, 0]) for row in sessions}  # position -> [reached, accepted]
@@ -140,7 +146,8 @@ def main() -> int:
 
     cpu = cpu_info()
     cpu_line = benchio.cpu_line(cpu, args.threads)
-    header = ["set"] + rows + [f"{version} / zero adapter", f"{version} / target alone", f"{version} / llama.cpp alone",
+    header = ["set"] + rows + [f"{version} / zero adapter (95% interval)", f"{version} / target alone",
+                               f"{version} / llama.cpp alone",
                                f"tokens per target forward ({'; '.join(r.removeprefix('pair, ') for r in sessions)})",
                                "forwards ratio"]
     table = []
@@ -150,12 +157,14 @@ def main() -> int:
         per_fwd = {r: t[r].tokens / max(forwards[(set_name, r)], 1) for r in sessions}
         llama = tps.get("llama.cpp target alone")
         table.append([set_name] + [tps[r] for r in rows] + [
-            f"{tps[distilled] / tps[zero]:.2f}x", f"{tps[distilled] / tps[alone_row]:.2f}x",
+            f"{tps[distilled] / tps[zero]:.2f}x ({interval(t[distilled], t[zero])})",
+            f"{tps[distilled] / tps[alone_row]:.2f}x",
             f"{tps[distilled] / llama:.2f}x" if llama else "",
             ", ".join(f"{per_fwd[r]:.2f}" for r in sessions),
             ", ".join(f"{per_fwd[r] / per_fwd[zero]:.2f}x" for r in sessions if r != zero)])
     same_rule = [f"{set_name}, {a.removeprefix(distilled + ', ')}: {version} / zero adapter "
-                 f"{tally[set_name][a].tokens_per_s() / tally[set_name][b].tokens_per_s():.2f}x"
+                 f"{tally[set_name][a].tokens_per_s() / tally[set_name][b].tokens_per_s():.2f}x "
+                 f"({interval(tally[set_name][a], tally[set_name][b])})"
                  for set_name in sets for a, b in confident.values()]
     pos_rows = []
     for set_name in sets:
@@ -168,6 +177,11 @@ def main() -> int:
                                   versions_compared={v: metas.get(v, {}) for v in versions[1:]},
                                   target_runtime=first.target_runtime, drafter_runtime=first.drafter_runtime,
                                   tokens_per_s={n: {r: tally[n][r].tokens_per_s() for r in rows} for n in sets},
+                                  ratio_interval_95={f"{n} / {a} / {b}": benchio.ratio_interval(tally[n][a],
+                                                                                                tally[n][b])
+                                                     for n in sets
+                                                     for a, b in [(distilled, zero), *confident.values()]},
+                                  per_prompt={n: {r: tally[n][r].per_prompt for r in rows} for n in sets},
                                   tokens_per_forward={f"{n} / {r}": tally[n][r].tokens / max(forwards[(n, r)], 1)
                                                       for n in sets for r in sessions},
                                   k_chosen={f"{n} / {r}": v for (n, r), v in chosen.items()},
@@ -189,6 +203,14 @@ def main() -> int:
     for s in sessions.values():
         s.close()
     return 0
+
+
+def interval(a, b) -> str:
+    """The 95% paired bootstrap interval of a's tokens/s over b's, as a table cell."""
+    import benchio
+
+    lo, hi = benchio.ratio_interval(a, b)
+    return f"{lo:.2f}-{hi:.2f}"
 
 
 def distill_lines(meta: dict) -> list[str]:

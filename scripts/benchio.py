@@ -12,7 +12,7 @@ import datetime as dt
 import json
 import platform
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -46,10 +46,12 @@ class Tally:
     steps: int = 0
     ngram: int = 0
     equal: int = 0
+    per_prompt: list[tuple[int, float]] = field(default_factory=list)  # (new tokens, wall s), in added order
 
     def add(self, metrics: dict, equal: bool = False) -> None:
         self.tokens += metrics["new_tokens"]
         self.wall += metrics["wall_s"]
+        self.per_prompt.append((metrics["new_tokens"], metrics["wall_s"]))
         self.proposed += metrics["proposed"]
         self.accepted += metrics["accepted"]
         self.steps += metrics["steps"]
@@ -61,6 +63,23 @@ class Tally:
 
     def tokens_per_s(self) -> float:
         return round(self.tokens / self.wall, 3)
+
+
+def ratio_interval(a: Tally, b: Tally, level: float = 0.95, draws: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """A paired bootstrap interval of ``a``'s tokens/s over ``b``'s (each the ratio of sums, as
+    ``tokens_per_s``): the prompts are resampled with replacement, each keeping both rows' runs on
+    it. ``a`` and ``b`` must hold the same prompts in the same order."""
+    import numpy as np
+
+    if len(a.per_prompt) != len(b.per_prompt) or not a.per_prompt:
+        raise ValueError(f"a paired interval needs the same prompts in both rows ({len(a.per_prompt)} and "
+                         f"{len(b.per_prompt)})")
+    x, y = np.asarray(a.per_prompt, dtype=float), np.asarray(b.per_prompt, dtype=float)  # [P, 2] each
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(draws, len(x)))  # [draws, P]
+    ratios = (x[idx, 0].sum(1) / x[idx, 1].sum(1)) / (y[idx, 0].sum(1) / y[idx, 1].sum(1))  # [draws]
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)
 
 
 def filled(m: dict) -> dict:

@@ -19,6 +19,8 @@ CORPUS_CODE = range(64, 144)  # HumanEval problems in the corpus (0-63 and 144-1
 CORPUS_CHAT_START = 4000  # the first ShareGPT turn in the corpus (benchmarks read the first ~1000)
 HELDOUT_CODE = range(40, 64)  # held-out code prompts: the guard's and the benchmark's
 HELDOUT_CHAT = range(10, 20)  # held-out chat prompts (CHAT_PROMPTS, written for OmniDraft)
+# held-out ShareGPT first turns (benchmarks only), before the corpus's turns in the same count
+HELDOUT_SHAREGPT = range(3000, 3040)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,12 @@ def corpus(code: int, chat: int) -> list[Sample]:
         out += [code_s[i]] if i < len(code_s) else []
         out += [talk[i]] if i < len(talk) else []
     return out
+
+
+def heldout_sharegpt(n: int) -> list[str]:
+    """The first ``n`` held-out ShareGPT first turns: real users' chat, never in the corpus."""
+    n = min(n, len(HELDOUT_SHAREGPT))
+    return [human for human, _ in sharegpt_conversations(n, start=HELDOUT_SHAREGPT.start)] if n else []
 
 
 def heldout(code: int = len(HELDOUT_CODE), chat: int = len(HELDOUT_CHAT)) -> list[tuple[str, bool]]:
