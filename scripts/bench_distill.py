@@ -46,9 +46,9 @@ def main() -> int:
     ap.add_argument("--confidence", type=float, nargs="+", default=[], help="rows with the first version and the "
                     "zero adapter each stopping a draft after a token the drafter gives less than this probability "
                     "(0: full drafts)")
-    ap.add_argument("--code", type=int, default=6)
-    ap.add_argument("--chat", type=int, default=6)
-    ap.add_argument("--sharegpt", type=int, default=6, help="held-out ShareGPT first turns (a second chat set)")
+    ap.add_argument("--code", type=int, default=16)
+    ap.add_argument("--chat", type=int, default=10)
+    ap.add_argument("--sharegpt", type=int, default=10, help="held-out ShareGPT first turns (a second chat set)")
     ap.add_argument("--probe-k", type=int, default=5, help="the fixed draft length of the per-position pass")
     ap.add_argument("--target-runtime", default="executorch", help="the target's runtime for every pair row")
     ap.add_argument("--no-transformers", action="store_true", help="skip transformers' assisted generation")
