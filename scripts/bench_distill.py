@@ -97,7 +97,7 @@ def main() -> int:
     sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
             "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=10)],
             "sharegpt": [(p, True) for p in heldout_sharegpt(args.sharegpt)]}
-    sets = {name: prompts for name, prompts in sets.items() if prompts}
+    sets = {n: prompts for n, prompts in sets.items() if prompts}
     models = [m for s in sessions.values() for m in (s.target_model, s.drafter)]
 
     positions = {row: defaultdict(lambda: [0, 0]) for row in sessions}  # position -> [reached, accepted]
@@ -146,6 +146,9 @@ def main() -> int:
 
     cpu = cpu_info()
     cpu_line = benchio.cpu_line(cpu, args.threads)
+    # 95% paired bootstrap intervals of each compared pair of rows' tokens/s ratio, per set
+    intervals = {(n, a, b): benchio.ratio_interval(tally[n][a], tally[n][b])
+                 for n in sets for a, b in [(distilled, zero), *confident.values()]}
     header = ["set"] + rows + [f"{version} / zero adapter (95% interval)", f"{version} / target alone",
                                f"{version} / llama.cpp alone",
                                f"tokens per target forward ({'; '.join(r.removeprefix('pair, ') for r in sessions)})",
@@ -157,14 +160,14 @@ def main() -> int:
         per_fwd = {r: t[r].tokens / max(forwards[(set_name, r)], 1) for r in sessions}
         llama = tps.get("llama.cpp target alone")
         table.append([set_name] + [tps[r] for r in rows] + [
-            f"{tps[distilled] / tps[zero]:.2f}x ({interval(t[distilled], t[zero])})",
+            f"{tps[distilled] / tps[zero]:.2f}x ({span(intervals[set_name, distilled, zero])})",
             f"{tps[distilled] / tps[alone_row]:.2f}x",
             f"{tps[distilled] / llama:.2f}x" if llama else "",
             ", ".join(f"{per_fwd[r]:.2f}" for r in sessions),
             ", ".join(f"{per_fwd[r] / per_fwd[zero]:.2f}x" for r in sessions if r != zero)])
     same_rule = [f"{set_name}, {a.removeprefix(distilled + ', ')}: {version} / zero adapter "
                  f"{tally[set_name][a].tokens_per_s() / tally[set_name][b].tokens_per_s():.2f}x "
-                 f"({interval(tally[set_name][a], tally[set_name][b])})"
+                 f"({span(intervals[set_name, a, b])})"
                  for set_name in sets for a, b in confident.values()]
     pos_rows = []
     for set_name in sets:
@@ -177,10 +180,7 @@ def main() -> int:
                                   versions_compared={v: metas.get(v, {}) for v in versions[1:]},
                                   target_runtime=first.target_runtime, drafter_runtime=first.drafter_runtime,
                                   tokens_per_s={n: {r: tally[n][r].tokens_per_s() for r in rows} for n in sets},
-                                  ratio_interval_95={f"{n} / {a} / {b}": benchio.ratio_interval(tally[n][a],
-                                                                                                tally[n][b])
-                                                     for n in sets
-                                                     for a, b in [(distilled, zero), *confident.values()]},
+                                  ratio_interval_95={" / ".join(key): v for key, v in intervals.items()},
                                   per_prompt={n: {r: tally[n][r].per_prompt for r in rows} for n in sets},
                                   tokens_per_forward={f"{n} / {r}": tally[n][r].tokens / max(forwards[(n, r)], 1)
                                                       for n in sets for r in sessions},
@@ -205,12 +205,9 @@ def main() -> int:
     return 0
 
 
-def interval(a, b) -> str:
-    """The 95% paired bootstrap interval of a's tokens/s over b's, as a table cell."""
-    import benchio
-
-    lo, hi = benchio.ratio_interval(a, b)
-    return f"{lo:.2f}-{hi:.2f}"
+def span(interval: tuple[float, float]) -> str:
+    """An interval as a table cell."""
+    return f"{interval[0]:.2f}-{interval[1]:.2f}"
 
 
 def distill_lines(meta: dict) -> list[str]:
