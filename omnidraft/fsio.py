@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -16,10 +17,11 @@ from typing import Iterator
 
 @contextmanager
 def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
-    """A temp path beside ``path`` (ending with ``suffix``) for the block to write; moved onto
-    ``path`` when the block ends, left in place if it raises."""
+    """A temp path beside ``path`` (ending with ``suffix``), the writer's own (process and
+    thread), for the block to write; moved onto ``path`` when the block ends, left in place if it
+    raises. Writers racing on one path each land whole; the last one's bytes stay."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{suffix}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp{suffix}")
     yield tmp
     os.replace(tmp, path)
 

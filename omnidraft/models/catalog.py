@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.fsio import atomic_write_json, locked
 from omnidraft.home import subdir
 from omnidraft.models import gguf_read
 from omnidraft.quiet import loading_quietly
@@ -231,16 +232,18 @@ def _assemble(spec: ModelSpec, chunks: list[Path], out: Path, progress: Progress
 def ensure_gguf(name: str, progress: Progress = progress_line) -> Path:
     """The assembled, sha256-verified GGUF of a catalog model. The check (1.6 s for the 1.5B's
     1 GB) runs again only when the file's size or modification time changed since it last passed
-    (a ``.verified`` note beside it): a session on llama.cpp opens the file every start."""
+    (a ``.verified`` note beside it): a session on llama.cpp opens the file every start. Processes
+    and threads asking at once take turns: one assembles or checks, the others then find it done."""
     spec = spec_for(name)
     out = subdir("gguf") / spec.gguf_file
-    if out.is_file():
-        if _verified(out, spec.sha256):
-            return out
-        progress(f"{out} fails its sha256 check; rebuilding it")
-        out.unlink()
-    chunks = _chunk_paths(spec, progress)
-    _assemble(spec, chunks, out, progress)
+    with locked(out):
+        if out.is_file():
+            if _verified(out, spec.sha256):
+                return out
+            progress(f"{out} fails its sha256 check; rebuilding it")
+            out.unlink()
+        chunks = _chunk_paths(spec, progress)
+        _assemble(spec, chunks, out, progress)
     return out
 
 
@@ -258,9 +261,7 @@ def _verified(path: Path, sha256: str) -> bool:
     if sha256_file(path) != sha256:
         note.unlink(missing_ok=True)
         return False
-    tmp = note.with_name(note.name + ".tmp")
-    tmp.write_text(json.dumps(seen))
-    os.replace(tmp, note)
+    atomic_write_json(note, seen)  # processes checking one file at once each write their own temp file
     return True
 
 

@@ -63,6 +63,64 @@ def test_a_passing_check_is_noted_and_a_changed_file_is_hashed_again(tmp_path, m
     assert not catalog._verified(path, digest) and not (tmp_path / "m.gguf.verified").exists()
 
 
+def test_checks_racing_on_one_file_each_note_it(tmp_path, monkeypatch):
+    import hashlib
+    import threading
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"weights" * 1000)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    n, real = 8, catalog.sha256_file
+    together = threading.Barrier(n)  # every check hashes, then notes, at the same moment
+
+    def hashed(p):
+        together.wait()
+        return real(p)
+
+    monkeypatch.setattr(catalog, "sha256_file", hashed)
+    results, errors = [], []
+
+    def check():
+        try:
+            results.append(catalog._verified(path, digest))
+        except Exception as err:  # noqa: BLE001 - what the race raised
+            errors.append(err)
+
+    for _ in range(5):
+        threads = [threading.Thread(target=check) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        (tmp_path / "m.gguf.verified").unlink()
+    assert not errors and results == [True] * 5 * n
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.gguf"]  # no temp file left behind
+
+
+def test_fetches_racing_on_one_gguf_assemble_it_once(tmp_path, monkeypatch):
+    import hashlib
+    import threading
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    chunk = tmp_path / "part0.bin"
+    chunk.write_bytes(b"weights" * 100_000)
+    spec = catalog.ModelSpec("fake", "fake", "fake.gguf", hashlib.sha256(chunk.read_bytes()).hexdigest(),
+                             (("x", "1"),), ".bin")
+    monkeypatch.setattr(catalog, "spec_for", lambda name: spec)
+    monkeypatch.setattr(catalog, "_chunk_paths", lambda spec, progress: [chunk])
+    assembled, real = [], catalog._assemble
+    monkeypatch.setattr(catalog, "_assemble", lambda *a: (assembled.append(1), real(*a)))
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(catalog.ensure_gguf("fake", lambda m: None)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and len(assembled) == 1  # the others waited, then found it whole
+    assert catalog.sha256_file(got[0]) == spec.sha256
+
+
 def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
     spec = catalog.ModelSpec("ghost", "ghost", "ghost.gguf", "0" * 64,
