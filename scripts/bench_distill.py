@@ -66,7 +66,7 @@ def main() -> int:
     from omnidraft.models.lm import same_start
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.pairs.spec import adapter_store, pair_name
-    from omnidraft.train.corpus import heldout_sharegpt
+    from omnidraft.train.corpus import heldout, heldout_sharegpt
 
     name = pair_name(args.drafter, args.target)
     versions = args.version or [adapter_store().latest(name)]
@@ -94,8 +94,8 @@ def main() -> int:
     first = sessions[distilled]
     alone_row = f"target alone ({first.target_runtime})"
     runs = baselines(args.target, args.drafter, args.threads, log, assisted=() if args.no_transformers else (BEST,))
-    sets = {"code": [(p, False) for p, _ in benchsetup.prompt_mix(args.code, 0, code_start=40)],
-            "chat": [(p, True) for p, _ in benchsetup.prompt_mix(0, args.chat, chat_start=10)],
+    held = heldout(args.code, args.chat)  # at most the held-out sets: never a corpus prompt
+    sets = {"code": [(p, False) for p, chat in held if not chat], "chat": [(p, True) for p, chat in held if chat],
             "sharegpt": [(p, True) for p in heldout_sharegpt(args.sharegpt)]}
     sets = {n: prompts for n, prompts in sets.items() if prompts}
     models = [m for s in sessions.values() for m in (s.target_model, s.drafter)]
