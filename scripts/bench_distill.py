@@ -56,6 +56,11 @@ def main() -> int:
     for flag, values in (("gamma", args.gamma), ("confidence", [c for c in args.confidence if c])):
         if any(not 0.0 < v < 1.0 for v in values):
             ap.error(f"--{flag} must be in (0, 1), got {' '.join(map(str, values))}")
+    for flag in ("code", "chat", "sharegpt"):
+        if getattr(args, flag) < 0:
+            ap.error(f"--{flag} must be >= 0, got {getattr(args, flag)}")
+    if args.code + args.chat + args.sharegpt == 0:
+        ap.error("no prompts: give --code, --chat or --sharegpt a count above 0")
     benchsetup.start(args.threads)
     log = benchsetup.logger("distill")
 
