@@ -70,6 +70,11 @@ class ExecuTorchLM:
     def eos_ids(self) -> set[int]:
         return set(self.info.eos_ids)
 
+    def twin(self) -> "ExecuTorchLM":
+        """This program loaded again with the adapter it runs: its own empty cache (a second
+        conversation slot, models/slots.py)."""
+        return ExecuTorchLM(self.dir, self.ptd, self.name)
+
     # ------------------------------------------------------------------ adapters
     def load_adapter(self, ptd: str | Path) -> None:
         """Run with the LoRA + head weights of ``ptd`` (checked against program.json first).

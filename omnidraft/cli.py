@@ -195,11 +195,30 @@ def read_token(token_file: str | None) -> str:
 
 
 def _cmd_serve(args) -> int:
+    import os
+
+    from omnidraft.pairs.settings import Runtime
+    from omnidraft.sampling import SamplingConfig
+    from omnidraft.serve.server import ServeConfig, model_id, serve
+    from omnidraft.session import Session
+
+    key = args.api_key or os.environ.get("OMNIDRAFT_API_KEY", "").strip() or None
+    cfg = ServeConfig(host=args.host, port=args.port, api_key=key, slots=args.slots, queue=args.queue,
+                      max_body=args.max_body, adapt=not (args.no_adapt or args.no_log),
+                      sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p))
+    drafter = None if args.drafter == "none" else args.drafter
+    runtime = Runtime(drafter=args.drafter_runtime, target=args.target_runtime, dtype=args.dtype, threads=args.threads)
+    return serve(cfg, model_id(args.target), lambda: Session(
+        drafter, args.target, sampling=cfg.sampling, lookup=not args.no_lookup, log=not args.no_log,
+        adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots))
+
+
+def _cmd_serve_target(args) -> int:
     import uvicorn
 
     from omnidraft.device.threads import set_threads
     from omnidraft.models.loading import load_model
-    from omnidraft.serve.server import ServerLimits, create_app
+    from omnidraft.remote.server import ServerLimits, create_app
 
     token = read_token(args.token_file)
     set_threads(args.threads)
@@ -326,8 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return _cmd_generate(args)
         if args.command == "serve-target":
-            return _cmd_serve(args)
-        handler = {"pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
+            return _cmd_serve_target(args)
+        handler = {"serve": _cmd_serve, "pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
                    "export": _cmd_export, "export-adapter": _cmd_export_adapter, "cost": _cmd_cost,
                    "distill": _cmd_distill}
         return handler[args.command](args)

@@ -10,7 +10,7 @@ from omnidraft.decode.draft_length import K_MAX
 from omnidraft.pairs.cost import WIDTHS
 from omnidraft.pairs.settings import TARGET_RUNTIMES
 from omnidraft.propose.config import DRAFT_CONFIDENCE
-from omnidraft.serve.wire import ENGINES
+from omnidraft.remote.wire import ENGINES
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -96,7 +96,34 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-log", action="store_true", help="keep this generation out of the verification log "
                      "the daemon trains from (logged by default)")
     _add_sampling(gen)
-    srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP")
+    sv = sub.add_parser("serve", help="serve the pair behind an OpenAI-compatible API (chat page at /)")
+    sv.add_argument("--target", default="qwen2.5-coder-0.5b", help="catalog name, model dir or .gguf (default "
+                    "%(default)s)")
+    sv.add_argument("--drafter", default="smollm2-135m", help="the drafter, or none: the target alone")
+    sv.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only; another needs "
+                    "an API key)")
+    sv.add_argument("--port", type=int, default=8080)
+    sv.add_argument("--api-key", default=None, help="the key every /v1 route and /metrics need (default: "
+                    "$OMNIDRAFT_API_KEY; none on loopback)")
+    sv.add_argument("--slots", type=int, default=2, help="conversations whose caches are kept between requests "
+                    "(least recently used evicted; each slot holds its own cache of both models)")
+    sv.add_argument("--queue", type=int, default=8, help="requests that may wait behind the one generating "
+                    "(more get 429 with Retry-After)")
+    sv.add_argument("--max-body", type=int, default=1 << 20, help="request body bound in bytes")
+    sv.add_argument("--no-adapt", action="store_true", help="do not run the fine-tuning daemon beside the server")
+    sv.add_argument("--no-log", action="store_true", help="log no verifications (nothing to adapt from)")
+    sv.add_argument("--no-lookup", action="store_true", help="never propose ids copied from the context")
+    sv.add_argument("--adapter", default="latest", help="latest (follows the daemon), none, or a version")
+    sv.add_argument("--temperature", type=float, default=0.0, help="sampling of a request that names none "
+                    "(default 0: greedy, the target's own output)")
+    sv.add_argument("--top-p", type=float, default=1.0)
+    sv.add_argument("--drafter-runtime", choices=["auto", "eager", "executorch"], default="auto")
+    sv.add_argument("--target-runtime", choices=TARGET_RUNTIMES, default="auto")
+    sv.add_argument("--exact", action="store_true", help="only bit-exact target runtimes (never llama.cpp)")
+    sv.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="an eager target's weights")
+    sv.add_argument("--threads", type=int, default=None)
+    srv = sub.add_parser("serve-target", help="serve a model as a verification target over HTTP (for a remote "
+                         "pair: `--target http://...`)")
     srv.add_argument("--model", required=True)
     srv.add_argument("--host", default="127.0.0.1", help="bind address (default: localhost only)")
     srv.add_argument("--port", type=int, default=8600)

@@ -14,3 +14,7 @@ class OmniDraftError(Exception):
         self.problem = problem
         self.remedy = remedy
         super().__init__(problem if not remedy else f"{problem} ({remedy})")
+
+
+class ContextFull(OmniDraftError):
+    """A prompt (with the tokens asked for) that does not fit the model's context window."""

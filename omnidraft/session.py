@@ -14,19 +14,22 @@ and a new adapter goes live only between generations. Knows how the parts are wi
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import Generator, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Generator, Iterator, Sequence, Union
 
 from omnidraft.decode.draft_length import K_MAX, REMOTE_K, CostModelK, FixedK
-from omnidraft.decode.generate import Result, check_budget, stream_ar, stream_speculative
+from omnidraft.decode.generate import Piece, Result, as_pieces, check_budget, pieces_ar, pieces_speculative, texts
 from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lossless
 from omnidraft.decode.target import LocalTarget
-from omnidraft.decode.text import chat_preamble, drained, encode_prompt
+from omnidraft.decode.text import StopText, chat_preamble, drained, encode_messages, encode_prompt
 from omnidraft.errors import OmniDraftError
+from omnidraft.models.lm import common_prefix
+from omnidraft.models.slots import Slots
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.routing import Route, choose, forecast, kind, observe, warm
@@ -39,11 +42,23 @@ from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
 from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import get
 from omnidraft.sampling import SamplingConfig
-from omnidraft.serve.openai_api import OpenAITarget
+from omnidraft.remote.openai_api import OpenAITarget
 from omnidraft.train.verlog import VerificationLog
 
 DEFAULT_TARGET = "qwen2.5-coder-0.5b"
 RECORD_TOPK = 64  # the target's top-k a training record keeps per generated position
+Prompt = Union[str, Sequence[dict]]  # text, or a conversation of {"role", "content"} messages
+Stops = Sequence[str]
+
+
+@dataclass
+class _Slot:
+    """One conversation's state beside its caches: the target ids it last ran (prompt and answer),
+    its earlier turns (text prompts copy from them) and when it last ran."""
+
+    context: list[int] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    used: int = -1
 
 
 def _note(message: str) -> None:
@@ -84,7 +99,7 @@ class Session:
     def __init__(self, drafter: str | None = DEFAULT_DRAFTER, target: str | TargetRef = DEFAULT_TARGET, *,
                  k: int | None = None, spec: SpecConfig | None = None, sampling: SamplingConfig = SamplingConfig(),
                  verify: str | None = None, lookup: bool = True, log: bool = True, adapter: str = "latest",
-                 runtime: Runtime = Runtime(), exact: bool = False, route: bool = True):
+                 runtime: Runtime = Runtime(), exact: bool = False, route: bool = True, slots: int = 1):
         from omnidraft.device.threads import set_threads
         from omnidraft.pairs.build import load_target
 
@@ -93,6 +108,8 @@ class Session:
         asked = runtime.target
         fixed = None if k is None else FixedK(k)  # a bad k is refused before anything loads
         check_verify_mode(verify)
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise OmniDraftError(f"slots must be an integer >= 1, got {slots!r}")
         self.alone = drafter is None or k == 0 or not get(spec.strategy).speculative
         runtime = replace(runtime, target=resolve(None if self.alone else pair_name(drafter, target.ref),
                                                   runtime.target, exact))
@@ -103,7 +120,9 @@ class Session:
         self._lock = threading.Lock()
         self._holder: int | None = None  # the thread whose generation runs now
         self.last: Result | None = None
-        self.turns: list[int] = []  # target ids of this conversation's earlier prompts and answers
+        self._slots = [_Slot() for _ in range(slots)]
+        self._at = 0  # the slot the latest generation ran on
+        self._clock = itertools.count()
         self.lookup = LookupConfig() if lookup and not self.alone else None
         self.spec: PairSpec | None = None  # the pair, when a drafter runs
         self._pair = None if self.alone else self._load_drafter(drafter, target, adapter)
@@ -118,6 +137,7 @@ class Session:
         self.routes: list[Route] = []  # when generations choose their runtime (pairs/routing.py)
         self._cost_base: dict = {}  # cost file -> the record this Session last read or wrote there
         if self.alone:
+            self._make_slots(slots)
             self._hold_preamble()
             return
         self._pair_state()
@@ -127,6 +147,7 @@ class Session:
         if isinstance(self.target, OpenAITarget) and fixed is None:  # a serving engine; not when k is fixed
             self.engine = self.target
             self.engine_choice = EngineChoice.load(pair_dir(self.spec.name) / "engine.json")
+        self._make_slots(slots)
         self._hold_preamble()
         self.log = VerificationLog(log_path()) if log else None
 
@@ -198,13 +219,73 @@ class Session:
                   Route(other, LocalTarget(lm, self.sampling, self.verify), dl, path, on)]
         return sorted(routes, key=lambda r: r.runtime in INEXACT)
 
+    def _make_slots(self, n: int) -> None:
+        """With ``n`` > 1 slots, every local model (each route's target and the drafter) keeps one
+        cache per slot (models/slots.py), held between generations."""
+        if n == 1:
+            return
+        targets = [r.target for r in self.routes] or [self.target]
+        for t in {id(t): t for t in targets if isinstance(t, LocalTarget)}.values():
+            t.model = Slots(t.model, n)
+        if self._pair is not None:
+            self._pair.slot(n)
+
     def _hold_preamble(self) -> None:
-        """Every local target's cache (each route's, where generations are routed) starts holding the
-        chat template's preamble: the first chat prompt reads only its own turn, as later ones do, and
-        a runtime not chosen yet is not priced for a system prompt the other holds. After the cost
-        models, whose timed calls replace the cache."""
+        """Every local target's cache (each route's, where generations are routed; each slot's)
+        starts holding the chat template's preamble: the first chat prompt reads only its own turn,
+        as later ones do, and a runtime not chosen yet is not priced for a system prompt the other
+        holds. After the cost models, whose timed calls replace the cache."""
         models = [r.target.model for r in self.routes] or [self.target_model]
-        warm([m for m in models if m is not None], chat_preamble(self.target_tok))
+        for i in range(len(self._slots)):
+            self._use(i)
+            warm([m for m in models if m is not None], chat_preamble(self.target_tok))
+        self._use(0)
+
+    def _use(self, i: int) -> None:
+        """Run the next generation on slot ``i``'s caches."""
+        self._at = i
+        models = [r.target.model for r in self.routes] + [self.target_model, self.drafter]
+        for m in {id(m): m for m in models if isinstance(m, Slots)}.values():
+            m.use(i)
+
+    def _slot_for(self, target_ids: list[int]) -> _Slot:
+        """The slot a prompt runs on (now in use): the one that last ran the longest prefix of it
+        beyond the chat preamble, else the least recently used, its earlier turns forgotten."""
+        n = len(self._slots)
+        held = [common_prefix(s.context, target_ids) for s in self._slots]
+        best = max(range(n), key=held.__getitem__)
+        if held[best] <= len(chat_preamble(self.target_tok)) and n > 1:
+            best = min(range(n), key=lambda i: self._slots[i].used)
+            self._slots[best].turns = []
+        self._use(best)
+        return self._slots[best]
+
+    def _cached(self, target_ids: list[int]) -> int:
+        """Prompt ids the running target's cache holds already (none where each generation forks a
+        fresh cache, or for a server)."""
+        m = self.target_model
+        if m is None or callable(getattr(m, "fork", None)):
+            return 0
+        return min(common_prefix(m.tokens, target_ids), len(target_ids) - 1)
+
+    @contextmanager
+    def _sampled(self, sampling: SamplingConfig | None) -> Iterator[None]:
+        """The generation inside samples with ``sampling`` (None: the Session's own)."""
+        targets = [r.target for r in self.routes] or [self.target]
+        if sampling is None or all(t.sampling == sampling for t in targets):
+            yield
+            return
+        if not all(isinstance(t, LocalTarget) for t in targets):
+            raise OmniDraftError("a remote target samples with the Session's own settings",
+                                 "open a Session with sampling=... for it")
+        before = [t.sampling for t in targets]
+        for t in targets:
+            t.sampling = sampling
+        try:
+            yield
+        finally:
+            for t, was in zip(targets, before):
+                t.sampling = was
 
     def _take(self, route) -> None:
         """Run the next generation on ``route``'s target and cost model."""
@@ -293,39 +374,83 @@ class Session:
             finally:
                 self._holder = None
 
-    def stream(self, prompt: str, *, max_new_tokens: int = 128, chat: bool = False) -> Generator[str, None, Result]:
+    def stream(self, prompt: Prompt, *, max_new_tokens: int = 128, chat: bool = False, stop: Stops = (),
+               sampling: SamplingConfig | None = None) -> Generator[str, None, Result]:
         """Yield text as the target commits it; return (and keep in ``last``) the Result. Waits
         while another thread's generation runs. Closed early (``close()``), it leaves the caches
-        consistent: the next generation is exact."""
-        with self._turn():
-            target_ids = encode_prompt(self.target_tok, prompt, chat=chat)
+        consistent: the next generation is exact. See ``pieces`` for the options."""
+        return texts(self.pieces(prompt, max_new_tokens=max_new_tokens, chat=chat, stop=stop, sampling=sampling))
+
+    def pieces(self, prompt: Prompt, *, max_new_tokens: int | None = 128, chat: bool = False, stop: Stops = (),
+               sampling: SamplingConfig | None = None, strict: bool = False) -> Generator[Piece, None, Result]:
+        """``stream`` as Pieces: the text with where its tokens came from (drafted, copied from the
+        context, or the target's own; decode/generate.py). ``prompt``: text (through the chat
+        template with ``chat``), or a conversation: a list of ``{"role", "content"}`` messages
+        through the target's chat template, which carries its earlier turns itself (the Session's
+        own earlier turns are not added to it). ``stop``: strings that end the text where one
+        appears (not shown; ``finish_reason`` "stop"). ``sampling``: this generation's sampling
+        instead of the Session's (a local target only). With several ``slots`` it runs on the slot
+        whose caches hold the longest prefix of its prompt beyond the chat preamble, else on the
+        least recently used one (whose earlier turns it forgets). ``max_new_tokens``: None runs to
+        the context window's end; with ``strict``, a budget past the window is an error rather than
+        clipped to it."""
+        with self._turn(), self._sampled(sampling):
+            messages = not isinstance(prompt, str)
+            if messages:
+                target_ids, chat = encode_messages(self.target_tok, prompt), True
+            else:
+                target_ids = encode_prompt(self.target_tok, prompt, chat=chat)
+            slot = self._slot_for(target_ids)
+            earlier = [] if messages else slot.turns
+            stops = StopText(stop) if stop else None
             if self.alone:
-                result = yield from stream_ar(self.target, self.target_tok, target_ids, max_new_tokens=max_new_tokens)
+                cached = self._cached(target_ids)
+                budget = check_budget(target_ids, max_new_tokens, self.target, strict=strict)
+                result = yield from pieces_ar(self.target, self.target_tok, target_ids, max_new_tokens=budget,
+                                              stops=stops)
             else:
                 self._refresh()
                 routed = None
                 if self.routes:  # before the budget: the runtimes' windows differ
                     work = kind(target_ids, chat_preamble(self.target_tok), chat)
-                    route, routed = choose(self.routes, target_ids, max_new_tokens, work)
+                    asked = max_new_tokens or max(r.target.max_length for r in self.routes) - len(target_ids)
+                    route, routed = choose(self.routes, target_ids, asked, work)
                     ahead = forecast(route, target_ids, work)  # before its cache moves
                     self._take(route)
-                budget = check_budget(target_ids, max_new_tokens, self.target)
-                if self.engine_choice is not None and self.engine_choice.engine_now():
-                    result = yield from self._engine_alone(target_ids, budget)
+                budget = check_budget(target_ids, max_new_tokens, self.target, strict=strict)
+                cached = self._cached(target_ids)
+                if self.engine_choice is not None and stops is None and self.engine_choice.engine_now():
+                    result = yield from self._engine_alone(target_ids, budget)  # (stop strings: the pair)
                 else:
-                    result = yield from self._pair_generation(prompt, target_ids, budget, chat)
+                    draft_ids = self._draft_ids(prompt, target_ids, chat)
+                    text = prompt[-1]["content"] if messages else prompt
+                    result = yield from self._pair_generation(text, target_ids, draft_ids, budget, earlier, stops)
                 if routed:  # its prompt read and decoding teach the route's prices (kept with its cost model)
                     observe(route, ahead, result.metrics, work)
                     self.save_cost()
                     result.metrics.update(predicted_ms=routed, forecast={k: round(v, 3) for k, v in ahead.items()},
                                           work=work)
-            result.metrics.update(adapter=self.version, target_runtime=self.target_runtime)
-            self.turns = (self.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:] if self.lookup else []
+            result.metrics.update(adapter=self.version, target_runtime=self.target_runtime,
+                                  prompt_tokens=len(target_ids), prompt_cached=cached, slot=self._at)
+            if self.lookup and not messages:
+                slot.turns[:] = (slot.turns + target_ids + result.token_ids)[-self.lookup.max_tokens:]
+            slot.context, slot.used = target_ids + result.token_ids, next(self._clock)
             self.last = result
             return result
 
-    def _pair_generation(self, prompt: str, target_ids: list[int], budget: int,
-                         chat: bool) -> Generator[str, None, Result]:
+    def _draft_ids(self, prompt: Prompt, target_ids: list[int], chat: bool) -> list[int]:
+        """The prompt in the drafter's vocabulary: a conversation through the drafter's own chat
+        template (the target's text, tokenized by the drafter, where that refuses it)."""
+        if isinstance(prompt, str):
+            return encode_prompt(self.draft_tok, prompt, chat=chat)
+        try:
+            return encode_messages(self.draft_tok, prompt)
+        except OmniDraftError:
+            text = self.target_tok.decode(target_ids, skip_special_tokens=False)
+            return [int(i) for i in self.draft_tok(text, add_special_tokens=False)["input_ids"]]
+
+    def _pair_generation(self, prompt: str, target_ids: list[int], draft_ids: list[int], budget: int,
+                         earlier: list[int], stops: StopText | None) -> Generator[Piece, None, Result]:
         from omnidraft.train.records import build_record
 
         log = self.log  # as it is now: unlogged() elsewhere does not change this generation
@@ -340,10 +465,10 @@ class Session:
             cfg = replace(cfg, priced=False, stop_below=None)
             k = FixedK(K_MAX) if adaptive else dl
         try:
-            result = yield from stream_speculative(
-                self.drafter, self.target, self.pair, prompt, cfg=cfg, k=k,
-                max_new_tokens=budget, chat=chat, record_topk=RECORD_TOPK if log is not None else 0,
-                head=self.head, lookup=self.lookup, earlier=self.turns)
+            result = yield from pieces_speculative(
+                self.drafter, self.target, self.pair, target_ids, draft_ids, cfg=cfg, k=k,
+                max_new_tokens=budget, record_topk=RECORD_TOPK if log is not None else 0,
+                head=self.head, lookup=self.lookup, earlier=earlier, stops=stops)
         finally:  # learnt n-grams and acceptance survive a generation closed early or interrupted
             self.pair.save()
             self.save_cost()
@@ -355,23 +480,34 @@ class Session:
             log.append(self.spec.name, prompt, build_record(self.pair.vmap, result.verified).to_bytes())
         return result
 
-    def _engine_alone(self, target_ids: list[int], budget: int) -> Generator[str, None, Result]:
+    def _engine_alone(self, target_ids: list[int], budget: int) -> Generator[Piece, None, Result]:
         """The serving engine generating on its own (one streamed request): its own output of the
         served target, so exact; nothing verified, so no training record. ``metrics["engine"]``
         names what produced it."""
-        alone = yield from self.engine.stream_alone(target_ids, budget)
+        alone = yield from as_pieces(self.engine.stream_alone(target_ids, budget))
         self.engine_choice.observe(True, alone.tokens, alone.seconds)
         m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
         return Result(alone.text, self.target_tok(alone.text, add_special_tokens=False).input_ids,
-                      {**m.summary(), "verify": None, "lossless": True, "engine": self.engine.describe()}, m)
+                      {**m.summary(), "verify": None, "lossless": True, "engine": self.engine.describe()}, m,
+                      finish_reason="length" if alone.tokens >= budget else "stop")
 
-    def generate(self, prompt: str, *, max_new_tokens: int = 128, chat: bool = False) -> Result:
+    def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, chat: bool = False, stop: Stops = (),
+                 sampling: SamplingConfig | None = None) -> Result:
         """``stream`` read to its end: this call's own Result."""
-        return drained(self.stream(prompt, max_new_tokens=max_new_tokens, chat=chat))
+        return drained(self.stream(prompt, max_new_tokens=max_new_tokens, chat=chat, stop=stop, sampling=sampling))
+
+    @property
+    def turns(self) -> list[int]:
+        """Target ids of the current conversation's earlier prompts and answers (text prompts copy from them)."""
+        return self._slots[self._at].turns
+
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
 
     def new_conversation(self) -> None:
         """Forget the earlier turns: later generations copy only from their own prompt and output."""
-        self.turns = []
+        self._slots[self._at].turns = []
 
     @contextmanager
     def pair_only(self) -> Iterator["Session"]:

@@ -25,7 +25,7 @@ from benchsetup import concurrently, load_models, logger, parser, prompt_mix, st
 def serve(model, name, token):
     import uvicorn
 
-    from omnidraft.serve.server import ServerLimits, create_app
+    from omnidraft.remote.server import ServerLimits, create_app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
 
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.serve.remote import RemoteTarget
+    from omnidraft.remote.remote import RemoteTarget
     from omnidraft.models.eager import CausalLM
     from omnidraft.sampling import SamplingConfig
     from omnidraft.propose.config import SpecConfig
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
                       "errors": len(errors), "error_samples": errors[:3], "cross_session_mismatches": len(leaks),
                       "wall_s": round(wall, 2)}
     server.should_exit = True
-    md = [f"{args.drafter} on the device side -> {args.target} served by `omnidraft.serve.server` on loopback, "
+    md = [f"{args.drafter} on the device side -> {args.target} served by `omnidraft.remote.server` on loopback, "
           f"{args.dtype}, greedy, {len(prompts)} prompts x {args.max_new_tokens} tokens. Network delay is "
           f"SIMULATED in the client transport. `{report['command']}`", ""]
     md += table(["simulated RTT (ms)", "strategy", "tokens/s", "requests/token", "equal to remote ar"],

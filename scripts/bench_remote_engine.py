@@ -29,7 +29,7 @@ def stream_alone(url: str, key: str, text: str, max_tokens: int, rtt_ms: float, 
     """The engine generating ``max_tokens`` greedily in one streamed request: seconds to the first
     and the last token (plus one simulated round trip), and tokens (``max_tokens`` when it ran to
     the length limit, else the streamed text's by ``tok``: chunks may group tokens)."""
-    from omnidraft.serve.echo_wire import NEUTRAL
+    from omnidraft.remote.echo_wire import NEUTRAL
 
     body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True, **NEUTRAL}
     req = urllib.request.Request(url + "/completions", data=json.dumps(body).encode(),
@@ -61,7 +61,7 @@ def resend_cost(url: str, key: str, tok, text: str, lengths: list[int]) -> list[
     """What resending a context costs at each length n: the prompt evaluated from scratch, with the
     engine's prefix cache holding all but the last 4 tokens (no log-probabilities), and the same
     prefix hit as a verify request (echo + 20 log-probabilities at every position)."""
-    from omnidraft.serve.echo_wire import NEUTRAL
+    from omnidraft.remote.echo_wire import NEUTRAL
 
     ids = tok(text, add_special_tokens=False).input_ids
     rows = []
@@ -100,8 +100,8 @@ def main(argv=None) -> int:
     from omnidraft.pairs.build import load_drafter
     from omnidraft.pairs.cost import cpu_info
     from omnidraft.propose.config import SpecConfig
-    from omnidraft.serve.llamacpp import llamacpp_server
-    from omnidraft.serve.openai_api import OpenAITarget
+    from omnidraft.remote.llamacpp import llamacpp_server
+    from omnidraft.remote.openai_api import OpenAITarget
     from omnidraft.translate.state import PairState
 
     key = secrets.token_urlsafe(24)

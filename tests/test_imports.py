@@ -18,12 +18,12 @@ FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.qu
           ["omnidraft.sampling", "omnidraft.prompts", "omnidraft.models", "omnidraft.translate", "omnidraft.adapters"],
           ["omnidraft.copy_prompts", "omnidraft.propose"],
           ["omnidraft.decode"],
-          ["omnidraft.export", "omnidraft.serve"],
+          ["omnidraft.export", "omnidraft.remote"],
           ["omnidraft.device"],
           ["omnidraft.pairs"],
           ["omnidraft.train"],
           ["omnidraft.session"],
-          ["omnidraft.jobs"],
+          ["omnidraft.jobs", "omnidraft.serve"],
           ["omnidraft.cli_args"],
           ["omnidraft.cli", "omnidraft"]]
 

@@ -397,7 +397,7 @@ def test_session_with_a_remote_target_streams_and_logs(home, models, qwen_tok):
     from omnidraft.models.loading import load_model
     from omnidraft.train.records import Record
 
-    from .serve.test_server import TOKEN, Server
+    from .remote.test_server import TOKEN, Server
 
     drafter, target = models
     model = load_model(target).model

@@ -10,7 +10,7 @@ protocol and this front door builds one from a ``SpecConfig``; proposers know no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Generator, Iterator
+from typing import Callable, Generator, Iterator, TypeVar
 
 import torch
 
@@ -21,13 +21,15 @@ from omnidraft.decode.metrics import Metrics
 from omnidraft.decode.modes import is_lossless
 from omnidraft.decode.ownership import own
 from omnidraft.decode.target import Target
-from omnidraft.decode.text import Detokenizer, drained, encode_prompt, stop_ids
-from omnidraft.errors import OmniDraftError
+from omnidraft.decode.text import Detokenizer, StopText, drained, encode_prompt, stop_ids
+from omnidraft.errors import ContextFull, OmniDraftError
 from omnidraft.models.lm import LM
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.lookup import ContextIndex, LookupConfig
 from omnidraft.propose.registry import get
 from omnidraft.translate.reverse import DraftContext
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Result:
     metrics: dict = field(default_factory=dict)  # Metrics.summary() + verify mode and lossless
     raw: Metrics | None = None  # the counters and per-step timings behind the summary
     verified: Verified | None = None  # for a training record, when asked for (record_topk > 0)
+    finish_reason: str = "length"  # "stop": an end-of-sequence id (or a stop string) ended it; "length": the budget
 
     @property
     def lossless(self) -> bool:
@@ -59,38 +62,115 @@ class Result:
         return bool(self.metrics.get("lossless", True))
 
 
-def check_budget(prompt_ids: list[int], max_new_tokens: int, model) -> int:
-    """max_new_tokens clipped to the context window; an error if the prompt alone overflows it."""
-    if max_new_tokens < 1:
+SOURCES = ("drafted", "copied", "target")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Text that decoding committed, with where its tokens came from: ``drafted`` (the drafter's
+    proposal, accepted by the target), ``copied`` (a continuation copied from the context,
+    accepted) or ``target`` (the target's own: the correction or bonus token of a round, or a token
+    it decoded alone). A character split across tokens comes out with the piece that completes it."""
+
+    text: str
+    source: str
+    tokens: int  # target tokens behind this piece
+
+
+def as_pieces(text_pieces: Generator[str, None, T], source: str = "target") -> Generator[Piece, None, T]:
+    """Text pieces as Pieces of one source; returns what ``text_pieces`` returns."""
+    try:
+        while True:
+            yield Piece(next(text_pieces), source, 0)
+    except StopIteration as done:
+        return done.value
+    finally:
+        text_pieces.close()
+
+
+def texts(pieces: Generator[Piece, None, T]) -> Generator[str, None, T]:
+    """The text of each piece; returns what ``pieces`` returns. Closed early, it closes ``pieces``."""
+    try:
+        while True:
+            yield next(pieces).text
+    except StopIteration as done:
+        return done.value
+    finally:
+        pieces.close()
+
+
+def check_budget(prompt_ids: list[int], max_new_tokens: int | None, model, *, strict: bool = False) -> int:
+    """max_new_tokens clipped to the context window (None: to its end); an error if the prompt
+    alone overflows it, or with ``strict`` if the prompt and max_new_tokens together do."""
+    if max_new_tokens is not None and max_new_tokens < 1:
         raise OmniDraftError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     room = model.max_length - len(prompt_ids)
+    name = getattr(model, "name", "the target")
     if room < 1:
-        raise OmniDraftError(
-            f"prompt is {len(prompt_ids)} tokens, longer than {getattr(model, 'name', 'the target')}'s context window "
-            f"of {model.max_length}", "shorten the prompt")
-    return min(max_new_tokens, room)
+        raise ContextFull(
+            f"prompt is {len(prompt_ids)} tokens, longer than {name}'s context window of {model.max_length}",
+            "shorten the prompt")
+    if strict and max_new_tokens is not None and max_new_tokens > room:
+        raise ContextFull(
+            f"the prompt's {len(prompt_ids)} tokens and {max_new_tokens} new tokens pass {name}'s context window "
+            f"of {model.max_length}", f"ask for at most {room} new tokens, or shorten the prompt")
+    return room if max_new_tokens is None else min(max_new_tokens, room)
 
 
-def stream(token_chunks: Iterator[list[int]], detok: Detokenizer, sink: list[int]) -> Iterator[str]:
-    """Text pieces from chunks of new token ids; every id is also appended to ``sink``."""
-    for ids in token_chunks:
+def stream(chunks: Iterator[tuple[list[int], str]], detok: Detokenizer, sink: list[int], shown: list[str],
+           stops: StopText | None = None) -> Generator[Piece, None, bool]:
+    """Pieces from chunks of (new token ids, their source); every id is appended to ``sink`` and
+    every piece's text to ``shown``. Returns True where one of ``stops`` ended the text."""
+    held, source = 0, "target"  # tokens whose text the detokenizer (or a possible stop string) holds back
+    for ids, source in chunks:
+        if not ids:
+            continue
         sink.extend(ids)
-        piece = detok.push(ids)
-        if piece:
-            yield piece
+        text, hit, held = detok.push(ids), False, held + len(ids)
+        if stops is not None:
+            text, hit = stops.push(text)
+        if text:
+            shown.append(text)
+            yield Piece(text, source, held)
+            held = 0
+        if hit:
+            return True
+    rest = stops.flush() if stops is not None else ""
+    if rest:
+        shown.append(rest)
+        yield Piece(rest, source, held)
+    return False
+
+
+def _finish(ids: list[int], stop: set[int], stopped: bool) -> str:
+    """``stop``: an end-of-sequence id or a stop string ended the generation; ``length``: its budget."""
+    return "stop" if stopped or (ids and ids[-1] in stop) else "length"
 
 
 def stream_ar(target: Target, tok, prompt_ids: list[int], *, max_new_tokens: int) -> Generator[str, None, Result]:
     """The target decoding alone (strategy `ar`) as a generator of text pieces; returns the Result."""
+    return texts(pieces_ar(target, tok, prompt_ids, max_new_tokens=max_new_tokens))
+
+
+def pieces_ar(target: Target, tok, prompt_ids: list[int], *, max_new_tokens: int,
+              stops: StopText | None = None) -> Generator[Piece, None, Result]:
+    """``stream_ar`` as Pieces (every token the target's own), ended early where one of ``stops``
+    appears in the text."""
     budget = check_budget(prompt_ids, max_new_tokens, target)
     metrics = Metrics("ar")
     ids: list[int] = []
+    shown: list[str] = []
     with own(target, "target") as tgt:
-        chunks = decode_ar(tgt, prompt_ids, max_new_tokens=budget, stop=stop_ids(tok, tgt.eos_ids), metrics=metrics)
-        yield from stream(chunks, Detokenizer(tok, prompt_ids), ids)
-    text = tok.decode(ids, skip_special_tokens=True)
+        stop = stop_ids(tok, tgt.eos_ids)
+        chunks = decode_ar(tgt, prompt_ids, max_new_tokens=budget, stop=stop, metrics=metrics)
+        try:
+            stopped = yield from stream(((c, "target") for c in chunks), Detokenizer(tok, prompt_ids), ids, shown,
+                                        stops)
+        finally:
+            chunks.close()
+    text = "".join(shown) if stopped else tok.decode(ids, skip_special_tokens=True)
     summary = {**metrics.summary(), "verify": None, "lossless": True}
-    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics)
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, finish_reason=_finish(ids, stop, stopped))
 
 
 def generate_ar(target: Target, tok, prompt: str, *, max_new_tokens: int = 128, chat: bool = False,
@@ -135,35 +215,56 @@ def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: S
 
     Each call runs on its own state: in-process models that can fork are forked (own KV cache,
     shared weights); a drafter program or a target in use by another generation is an error."""
+    return texts(pieces_speculative(drafter, target, pair, encode_prompt(pair.target_tok, prompt, chat=chat),
+                                    encode_prompt(pair.draft_tok, prompt, chat=chat), cfg=cfg, k=k,
+                                    max_new_tokens=max_new_tokens, record_topk=record_topk, head=head,
+                                    on_round=on_round, lookup=lookup, earlier=earlier))
+
+
+def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int], draft_ids: list[int], *,
+                       cfg: SpecConfig, k: DraftLength, max_new_tokens: int = 128, record_topk: int = 0,
+                       head=None, on_round: Callable[[Round], None] | None = None,
+                       lookup: LookupConfig | None = None, earlier: list[int] | None = None,
+                       stops: StopText | None = None) -> Generator[Piece, None, Result]:
+    """``stream_speculative`` over a prompt already encoded for both models (``target_ids``,
+    ``draft_ids``: the same text in each vocabulary), as Pieces: each round's accepted proposal
+    (drafted or copied) and then its correction or bonus token (the target's own). Ends early
+    where one of ``stops`` appears in the text (the round that made it is the last)."""
     sampling, mode = target.sampling, target.mode
     lossless = is_lossless(cfg.strategy, mode, sampling)
-    target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
-    draft_ids = encode_prompt(pair.draft_tok, prompt, chat=chat)
     metrics = Metrics(cfg.strategy)
     ids: list[int] = []
+    shown: list[str] = []
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     with own(drafter, "drafter") as dlm, own(target, "target") as verifier:
         budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
         proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
-        rounds = decode(proposer, verifier, ctx, target_ids, k=k, max_new_tokens=budget,
-                        stop=stop_ids(pair.target_tok, verifier.eos_ids), record_topk=record_topk,
+        stop = stop_ids(pair.target_tok, verifier.eos_ids)
+        rounds = decode(proposer, verifier, ctx, target_ids, k=k, max_new_tokens=budget, stop=stop,
+                        record_topk=record_topk,
                         lookup=None if lookup is None else ContextIndex(lookup, earlier))
 
-        def committed() -> Iterator[list[int]]:  # each round folded into metrics and record rows
+        def committed() -> Iterator[tuple[list[int], str]]:  # each round folded into metrics and record rows
             for rnd in rounds:
                 metrics.add(rnd)
                 if on_round:
                     on_round(rnd)
                 if record_topk and rnd.rows is not None:
                     rows.append(rnd.rows)
-                yield rnd.committed
+                kept = min(rnd.verdict.accepted, len(rnd.committed))  # the proposal's, then the target's own
+                yield rnd.committed[:kept], "copied" if rnd.kind == "lookup" else "drafted"
+                yield rnd.committed[kept:], "target"
 
-        yield from stream(committed(), Detokenizer(pair.target_tok, target_ids), ids)
-    text = pair.target_tok.decode(ids, skip_special_tokens=True)
+        try:
+            stopped = yield from stream(committed(), Detokenizer(pair.target_tok, target_ids), ids, shown, stops)
+        finally:  # the loop's end (the drafter's context made whole) runs now, also when ended early
+            rounds.close()
+    text = "".join(shown) if stopped else pair.target_tok.decode(ids, skip_special_tokens=True)
     verified = None
     if rows:
         verified = Verified(draft_ids, ctx.gen_ids, ctx.tail, ids, torch.cat([r[0] for r in rows]),
                             torch.cat([r[1] for r in rows]))
     summary = {**metrics.summary(), "verify": None if sampling.greedy else mode, "lossless": lossless}
-    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, verified=verified)
+    return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, verified=verified,
+                  finish_reason=_finish(ids, stop, stopped))

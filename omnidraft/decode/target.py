@@ -32,7 +32,7 @@ def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]
 
 class Target(Protocol):
     """The verifying side as the decode loop sees it: in-process (LocalTarget), remote
-    (serve/remote.py, serve/openai_api.py) or a remote one with a local fallback. It carries the
+    (remote/remote.py, remote/openai_api.py) or a remote one with a local fallback. It carries the
     sampling it verifies with, so the drafter samples with the same settings."""
 
     mode: str  # verification when sampling: "rejection" | "point-mass" (decode/modes.py)

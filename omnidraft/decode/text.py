@@ -106,3 +106,51 @@ class Detokenizer:
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
             return full[len(prefix):]
         return ""
+
+
+ROLES = ("system", "user", "assistant")
+
+
+def encode_messages(tok, messages: list[dict]) -> list[int]:
+    """Token ids of a conversation (``[{"role": "system" | "user" | "assistant", "content": str}]``)
+    through the tokenizer's own chat template, with the assistant's next turn opened."""
+    if not getattr(tok, "chat_template", None):
+        raise OmniDraftError("this tokenizer has no chat template", "send a plain prompt (a completion) instead")
+    if not isinstance(messages, list) or not messages:
+        raise OmniDraftError("a conversation needs at least one message")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise OmniDraftError(f"message {i} must be {{'role': {' | '.join(ROLES)}, 'content': str}}")
+    if not any(m["content"].strip() for m in messages):
+        raise OmniDraftError("every message is empty", "send some text")
+    try:
+        ids = tok.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
+                                      add_generation_prompt=True, tokenize=True, return_dict=False)
+    except Exception as err:  # the template's own refusal (jinja2's TemplateError: roles out of order, ...)
+        raise OmniDraftError(f"the model's chat template refuses these messages: {err}") from None
+    return [int(i) for i in ids]
+
+
+class StopText:
+    """Stop strings over streamed text: ``push`` returns the text that can be shown (held back
+    while it may be the start of a stop string) and whether a stop string ended the text there;
+    the stop string itself is never shown. ``flush`` gives what is held at the end."""
+
+    def __init__(self, stops: tuple[str, ...] | list[str] = ()):
+        self.stops = [s for s in stops if s]
+        self.held = ""
+
+    def push(self, text: str) -> tuple[str, bool]:
+        buf = self.held + text
+        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.held = ""
+            return buf[:min(hits)], True
+        keep = max((n for s in self.stops for n in range(min(len(s) - 1, len(buf)), 0, -1)
+                    if buf.endswith(s[:n])), default=0)
+        self.held = buf[len(buf) - keep:] if keep else ""
+        return buf[:len(buf) - keep], False
+
+    def flush(self) -> str:
+        out, self.held = self.held, ""
+        return out

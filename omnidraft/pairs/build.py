@@ -5,8 +5,8 @@ ExecuTorch program when one was exported for the model, else (a target's ``.gguf
 llama-cpp-python is installed) llama.cpp, else eager PyTorch (with a note).
 
 Shared by the CLI and ``Session``; knows the loaders and runtimes, nothing about decoding. It
-imports serve/ because a URL names a remote target (serve/remote.py, serve/openai_api.py);
-serve/ imports nothing of the pairing.
+imports remote/ because a URL names a remote target (remote/remote.py, remote/openai_api.py);
+remote/ imports nothing of the pairing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def runtime_kind(lm: LM) -> str:
     from omnidraft.device.llamacpp import LlamaCppLM
     from omnidraft.device.runtime import ExecuTorchLM
 
+    from omnidraft.models.slots import inner
+
+    lm = inner(lm)
     return "executorch" if isinstance(lm, ExecuTorchLM) else "llamacpp" if isinstance(lm, LlamaCppLM) else "eager"
 
 
@@ -132,7 +135,7 @@ def load_target(target: TargetRef, *, sampling: SamplingConfig, verify: str, run
     """(the Target, its tokenizer) for ``target`` (pairs/settings.py), verifying with ``sampling``
     in mode ``verify``. A local model is a LocalTarget over the model on ``runtime.target``; an
     http(s) URL a RemoteTarget (its tokenizer defaults to the fallback's, else the model name the
-    server reports); an openai+ URL an OpenAITarget (serve/openai_api.py) whose tokenizer is
+    server reports); an openai+ URL an OpenAITarget (remote/openai_api.py) whose tokenizer is
     ``target.tokenizer`` (default: the fallback's). A remote target is wrapped to continue on the
     local model ``target.fallback`` when the server is unreachable."""
     from omnidraft.decode.target import LocalTarget
@@ -140,7 +143,7 @@ def load_target(target: TargetRef, *, sampling: SamplingConfig, verify: str, run
     if not target.remote:
         lm = local_target(target.ref, runtime.target, dtype=runtime.dtype, note=note, exact=exact)
         return LocalTarget(lm, sampling, verify), load_tokenizer(target.tokenizer or target.ref)
-    from omnidraft.serve.remote import FallbackTarget, RemoteTarget
+    from omnidraft.remote.remote import FallbackTarget, RemoteTarget
 
     if not target.token:
         raise OmniDraftError("a remote target needs a bearer token", "pass token=... or set OMNIDRAFT_TOKEN")
@@ -164,7 +167,7 @@ def _openai_target(target: TargetRef, tok, tokenizer: str, *, sampling: Sampling
     """The OpenAITarget at ``target.ref``; its EOS ids: ``tok``'s and those of the generation
     config beside the tokenizer ``tokenizer`` names."""
     from omnidraft.decode.text import generation_eos_ids
-    from omnidraft.serve.openai_api import OpenAITarget
+    from omnidraft.remote.openai_api import OpenAITarget
 
     if verify != "point-mass" and not sampling.greedy:
         raise OmniDraftError("an OpenAI-API target verifies by point-mass", "drop --verify rejection")

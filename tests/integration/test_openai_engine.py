@@ -26,9 +26,9 @@ from omnidraft.decode.text import drained
 from omnidraft.models.catalog import ensure_gguf
 from omnidraft.models.loading import load_model, load_tokenizer
 from omnidraft.propose.config import SpecConfig
-from omnidraft.serve.llamacpp import llamacpp_server
-from omnidraft.serve.echo_wire import NEUTRAL
-from omnidraft.serve.openai_api import OpenAITarget
+from omnidraft.remote.llamacpp import llamacpp_server
+from omnidraft.remote.echo_wire import NEUTRAL
+from omnidraft.remote.openai_api import OpenAITarget
 from omnidraft.translate.state import PairState
 
 pytestmark = pytest.mark.integration

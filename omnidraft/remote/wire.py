@@ -1,8 +1,8 @@
 """What an engine's replies establish about the target's next-token distributions (``Row``), and
-the one interface (``Wire``) through which serve/openai_api.py's target asks an engine for them.
+the one interface (``Wire``) through which remote/openai_api.py's target asks an engine for them.
 Each engine carries requests its own way: llama-cpp-python's text prompts with echoed, text-keyed
-log-probabilities (serve/echo_wire.py); vLLM's token-id prompts with ``prompt_logprobs`` and
-SGLang's native ``/generate`` with ``return_logprob`` (serve/id_wires.py).
+log-probabilities (remote/echo_wire.py); vLLM's token-id prompts with ``prompt_logprobs`` and
+SGLang's native ``/generate`` with ``return_logprob`` (remote/id_wires.py).
 
 Knows the shape of what replies say (and the OpenAI completions stream all three engines send);
 nothing about verification, drafters or HTTP.
@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-from omnidraft.serve.http import BadReply
+from omnidraft.remote.http import BadReply
 
 ENGINES = ("llama-cpp-python", "vllm", "sglang")  # the Wires there are
 TOP_N = 20  # log-probabilities asked per position (vLLM's default --max-logprobs)

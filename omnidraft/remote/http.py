@@ -3,7 +3,7 @@ token, timeouts, idempotent retries with backoff, bounded replies, and a simulat
 (``rtt_ms``, for benchmarks; labelled simulated wherever it is reported).
 
 A server that cannot serve this generation any more (unreachable after the retries, 404, 413,
-429 after retries, 503) raises RemoteUnavailable, which serve/remote.py's FallbackTarget turns
+429 after retries, 503) raises RemoteUnavailable, which remote/remote.py's FallbackTarget turns
 into a switch to a local target. Knows HTTP; nothing about what the JSON means.
 """
 

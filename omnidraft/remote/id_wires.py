@@ -1,5 +1,5 @@
 """Engines that take token-id prompts and name every log-probability by token id, as Wires
-(serve/wire.py): vLLM's OpenAI completions with its ``prompt_logprobs`` extension, and SGLang's
+(remote/wire.py): vLLM's OpenAI completions with its ``prompt_logprobs`` extension, and SGLang's
 native ``/generate`` with ``return_logprob`` + ``logprob_start_len``. Nothing is re-tokenised and
 nothing is ambiguous, so every proposal is sent whole and every row holds the exact probability of
 the proposed token (both engines report the prompt token's own log-probability beside the top N):
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from omnidraft.serve.http import BadReply, JsonClient
-from omnidraft.serve.wire import Row, id_row, stream_choices
+from omnidraft.remote.http import BadReply, JsonClient
+from omnidraft.remote.wire import Row, id_row, stream_choices
 
 NEUTRAL = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
            "frequency_penalty": 0.0, "presence_penalty": 0.0}  # both engines: the raw softmax

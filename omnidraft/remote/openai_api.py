@@ -1,8 +1,8 @@
 """A cloud target on a serving engine's API, with no server code of ours: each verify is one
 request whose prompt is the committed context plus the proposal, asking for one generated token and
 the top-N log-probabilities at every proposal position. The engine's prefix cache keeps the resent
-context cheap. How each engine carries that is a Wire (serve/wire.py): llama-cpp-python's echoed
-text (serve/echo_wire.py), vLLM's ``prompt_logprobs`` and SGLang's ``/generate`` (serve/id_wires.py),
+context cheap. How each engine carries that is a Wire (remote/wire.py): llama-cpp-python's echoed
+text (remote/echo_wire.py), vLLM's ``prompt_logprobs`` and SGLang's ``/generate`` (remote/id_wires.py),
 chosen by what the server's ``/models`` says it is (``owned_by``) unless named.
 
 How verification stays exact with what replies say:
@@ -39,8 +39,8 @@ from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.text import Alone, drained
 from omnidraft.decode.verify import Verdict
 from omnidraft.errors import OmniDraftError
-from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
-from omnidraft.serve.wire import BAN, ENGINES, TOP_N, Row, Wire
+from omnidraft.remote.http import BadReply, JsonClient, RemoteUnavailable
+from omnidraft.remote.wire import BAN, ENGINES, TOP_N, Row, Wire
 
 
 class OpenAITarget:
@@ -82,8 +82,8 @@ class OpenAITarget:
             raise BadReply("the OpenAI-API server lists no model", "pass --target-model") from None
 
     def _wire(self, engine: str, base_url: str, token: str, timeout: float, retries: int, rtt_ms: float) -> Wire:
-        from omnidraft.serve.echo_wire import EchoWire
-        from omnidraft.serve.id_wires import SglangWire, VllmWire
+        from omnidraft.remote.echo_wire import EchoWire
+        from omnidraft.remote.id_wires import SglangWire, VllmWire
 
         if engine == "vllm":
             return VllmWire(self.http, self.model, eos=self.eos, top_n=self.top_n)

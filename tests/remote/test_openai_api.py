@@ -18,9 +18,9 @@ from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.config import SpecConfig
 from omnidraft.decode.verify import Verdict
-from omnidraft.serve.http import BadReply, RemoteUnavailable
-from omnidraft.serve.openai_api import OpenAITarget
-from omnidraft.serve.remote import FallbackTarget
+from omnidraft.remote.http import BadReply, RemoteUnavailable
+from omnidraft.remote.openai_api import OpenAITarget
+from omnidraft.remote.remote import FallbackTarget
 from omnidraft.decode.target import LocalTarget
 from omnidraft.translate.state import PairState
 

@@ -1,6 +1,6 @@
 """The device side of a cloud target: RemoteTarget speaks `omnidraft serve-target`'s JSON protocol
-(serve/http.py carries it), and FallbackTarget continues on a local target when a cloud target
-(this one or serve/openai_api.py's) is unreachable. Both satisfy the Target protocol of
+(remote/http.py carries it), and FallbackTarget continues on a local target when a cloud target
+(this one or remote/openai_api.py's) is unreachable. Both satisfy the Target protocol of
 decode/target.py.
 
 Replies are checked (ids in the vocabulary, counts in range) before use. Knows the protocol.
@@ -15,7 +15,7 @@ import torch
 from omnidraft.errors import OmniDraftError
 from omnidraft.sampling import SamplingConfig
 from omnidraft.decode.verify import Verdict
-from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
+from omnidraft.remote.http import BadReply, JsonClient, RemoteUnavailable
 
 __all__ = ["BadReply", "FallbackTarget", "RemoteTarget", "RemoteUnavailable", "sparse_rows"]
 

@@ -18,10 +18,10 @@ from omnidraft.decode.target import LocalTarget
 from omnidraft.sampling import SamplingConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.propose.config import SpecConfig
-from omnidraft.serve.echo_wire import EchoWire
-from omnidraft.serve.http import BadReply
-from omnidraft.serve.id_wires import SglangWire, VllmWire
-from omnidraft.serve.openai_api import OpenAITarget
+from omnidraft.remote.echo_wire import EchoWire
+from omnidraft.remote.http import BadReply
+from omnidraft.remote.id_wires import SglangWire, VllmWire
+from omnidraft.remote.openai_api import OpenAITarget
 from omnidraft.translate.state import PairState
 
 from ..bigram import BigramLM

@@ -1,4 +1,4 @@
-"""llama-cpp-python's OpenAI server as a Wire (serve/wire.py): the prompt is text, and a verify is one
+"""llama-cpp-python's OpenAI server as a Wire (remote/wire.py): the prompt is text, and a verify is one
 `/v1/completions` request with ``echo`` + ``logprobs``, whose reply holds the top-N log-probabilities
 at every prompt position. That server computes them in Python for every prompt position (~0.1 s
 each on the 0.5B here), so the pair rarely beats it generating alone (README: when to use which).
@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from omnidraft.serve.http import BadReply, JsonClient, RemoteUnavailable
-from omnidraft.serve.wire import FORCE, Row, stream_choices
+from omnidraft.remote.http import BadReply, JsonClient, RemoteUnavailable
+from omnidraft.remote.wire import FORCE, Row, stream_choices
 
 NEUTRAL = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0,
            "frequency_penalty": 0.0, "presence_penalty": 0.0}  # the engine samples the raw softmax

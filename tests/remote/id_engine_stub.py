@@ -1,5 +1,5 @@
 """An in-process stand-in for vLLM's and SGLang's servers over a BigramLM, for the unit tier, with
-the reply formats read in their sources (serve/id_wires.py; neither runs here without a GPU):
+the reply formats read in their sources (remote/id_wires.py; neither runs here without a GPU):
 - ``GET /v1/models`` says who owns the model ("vllm" or "sglang");
 - vLLM ``POST /v1/completions`` with a token-id prompt: ``prompt_logprobs`` N gives, per prompt
   token i > 0, {"<id>": {"logprob", "rank", "decoded_token"}} over the top N plus token i (entry 0

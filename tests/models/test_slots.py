@@ -1,0 +1,43 @@
+"""Slots: each slot's cache is its own and persists; a runtime without a twin shares one; a
+generation holds a slot's cache instead of forking a fresh one."""
+
+from __future__ import annotations
+
+from omnidraft.decode.ownership import own
+from omnidraft.models.eager import CausalLM
+from omnidraft.models.slots import Slots, inner
+
+from ..conftest import tiny
+
+
+class _NoTwin:
+    tokens: list[int]
+
+    def __init__(self):
+        self.tokens = []
+
+    def reset(self):
+        self.tokens = []
+
+
+def test_each_slot_keeps_its_own_cache_and_a_generation_holds_it():
+    lm = CausalLM(tiny("llama", 300, seed=3))
+    s = Slots(lm, 2)
+    a = s.extend([1, 2, 3]).logits
+    s.use(1)
+    assert s.tokens == [] and inner(s) is not lm
+    b = s.extend([1, 2, 3]).logits
+    assert (a == b).all()  # same weights, its own cache
+    s.extend([4])
+    s.use(0)
+    assert s.tokens == [1, 2, 3] and s.tokens_of(1) == [1, 2, 3, 4]
+    with own(s, "target") as held:
+        assert held is s  # no fork: the slot's cache is the generation's
+    s.reset()
+    assert s.tokens_of(0) == s.tokens_of(1) == []
+
+
+def test_a_runtime_without_a_twin_has_one_instance_every_slot_shares():
+    first = _NoTwin()
+    s = Slots(first, 3)
+    assert s.shared and all(inner(s) is first for _ in [s.use(i) for i in range(3)])

@@ -1,0 +1,66 @@
+"""The pair's server on tiny models: a Session of a tiny SmolLM2-vocabulary drafter and a tiny
+Qwen2.5-vocabulary target (fp32: greedy equality is exact), served by uvicorn in a thread of
+the test process on a free loopback port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from ..conftest import save_tiny, tiny, vocab_len
+
+KEY = "test-key-0123456789"
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, smollm_tok, qwen_tok):
+    d = tmp_path_factory.mktemp("models")
+    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, d / "drafter")
+    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, d / "target")
+    return str(drafter), str(target)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(make_session, *, model: str = "tiny", key: str | None = KEY, queue: int = 8, max_body: int = 1 << 20,
+            sampling=None, ready: bool = True):
+    """(base URL, runner) of the app serving ``make_session()``, until the block ends; ``ready``:
+    once the Session has loaded (else as soon as the port is open)."""
+    import uvicorn
+
+    from omnidraft.sampling import SamplingConfig
+    from omnidraft.serve.app import Served, create_app
+    from omnidraft.serve.runner import Runner
+
+    runner = Runner(make_session, queue)
+    app = create_app(runner, Served(model, key, max_body, sampling or SamplingConfig()))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 120
+    while (ready and runner.session is None and runner.failed is None) or not server.started:
+        assert time.time() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", runner
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        if runner.session is not None:
+            runner.session.close()
