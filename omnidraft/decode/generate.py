@@ -63,6 +63,7 @@ class Result:
 
 
 SOURCES = ("drafted", "copied", "target")
+COPIED = {"lookup": "copied"}  # a round's kind (decode/loop.py Round.kind) -> its accepted proposal's source
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int],
                 if record_topk and rnd.rows is not None:
                     rows.append(rnd.rows)
                 kept = min(rnd.verdict.accepted, len(rnd.committed))  # the proposal's, then the target's own
-                yield rnd.committed[:kept], "copied" if rnd.kind == "lookup" else "drafted"
+                yield rnd.committed[:kept], COPIED.get(rnd.kind, "drafted")
                 yield rnd.committed[kept:], "target"
 
         try:
