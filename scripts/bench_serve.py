@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import benchio  # noqa: E402
+import benchsetup  # noqa: E402
 
 CART = '''class Cart:
     def __init__(self):
@@ -225,7 +225,7 @@ def main() -> int:
             def client(i: int) -> None:
                 done[i] = converse(row, args.target, convs[i % len(convs)], tok, args.max_tokens, i)
 
-            wall = _concurrently(client, args.clients)
+            wall = benchsetup.concurrently(client, args.clients)
             row.concurrent = [t for d in done for t in d]
             row.concurrent.append({"wall_s": wall})
             say(f"{args.clients} clients: {row.name} done in {wall:.1f} s")
@@ -235,16 +235,6 @@ def main() -> int:
                 row.proc.terminate()
                 row.proc.wait(60)
     return report(args, servers, cpu_info())
-
-
-def _concurrently(client, n: int) -> float:
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0
 
 
 def report(args, servers: list[Row], cpu: dict) -> int:

@@ -102,7 +102,11 @@ def chromium(profile: str, width: int, height: int):
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--hide-scrollbars", f"--window-size={width},{height}", f"--user-data-dir={profile}"):
         options.add_argument(flag)
-    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    # the page itself WIDTHxHEIGHT (--window-size counts the window, not the viewport)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    return driver
 
 
 def main() -> int:

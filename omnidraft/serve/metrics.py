@@ -9,6 +9,21 @@ Knows the Runner's counters; nothing about HTTP.
 from __future__ import annotations
 
 
+COUNTERS = [  # (name, help, the Counters field)
+    ("spec_decode_num_drafts_total", "Rounds that verified a draft of the drafter.", "drafts"),
+    ("spec_decode_num_draft_tokens_total", "Target tokens the drafter proposed.", "draft_tokens"),
+    ("spec_decode_num_accepted_tokens_total", "Proposed drafter tokens the target accepted.", "accepted"),
+    ("spec_decode_num_copies_total", "Rounds that verified a continuation copied from the context.", "copies"),
+    ("spec_decode_num_copy_tokens_total", "Tokens copied from the context and proposed.", "copy_tokens"),
+    ("spec_decode_num_accepted_copy_tokens_total", "Copied tokens the target accepted.", "copied"),
+    ("target_forwards_total", "Target forward passes (one per round).", "target_forwards"),
+    ("prompt_tokens_total", "Prompt tokens of finished requests.", "prompt_tokens"),
+    ("prompt_tokens_cached_total", "Prompt tokens a slot's cache already held.", "prompt_cached"),
+    ("generation_tokens_total", "Tokens generated.", "generation_tokens"),
+    ("requests_rejected_total", "Requests refused with 429: the queue was full.", "rejected"),
+]
+
+
 def prometheus(runner, model: str) -> str:
     c = runner.counters
     session = runner.session
@@ -19,27 +34,10 @@ def prometheus(runner, model: str) -> str:
         lines.extend(f"omnidraft:{name}{labels} {value:g}" for labels, value in samples)
 
     m = f'model_name="{model}"'
-    metric("spec_decode_num_drafts_total", "counter", "Rounds that verified a draft of the drafter.",
-           [(f"{{{m}}}", c.drafts)])
-    metric("spec_decode_num_draft_tokens_total", "counter", "Target tokens the drafter proposed.",
-           [(f"{{{m}}}", c.draft_tokens)])
-    metric("spec_decode_num_accepted_tokens_total", "counter", "Proposed drafter tokens the target accepted.",
-           [(f"{{{m}}}", c.accepted)])
-    metric("spec_decode_num_copies_total", "counter", "Rounds that verified a continuation copied from the context.",
-           [(f"{{{m}}}", c.copies)])
-    metric("spec_decode_num_copy_tokens_total", "counter", "Tokens copied from the context and proposed.",
-           [(f"{{{m}}}", c.copy_tokens)])
-    metric("spec_decode_num_accepted_copy_tokens_total", "counter", "Copied tokens the target accepted.",
-           [(f"{{{m}}}", c.copied)])
-    metric("target_forwards_total", "counter", "Target forward passes (one per round).", [(f"{{{m}}}", c.target_forwards)])
-    metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [(f"{{{m}}}", c.prompt_tokens)])
-    metric("prompt_tokens_cached_total", "counter", "Prompt tokens a slot's cache already held.",
-           [(f"{{{m}}}", c.prompt_cached)])
-    metric("generation_tokens_total", "counter", "Tokens generated.", [(f"{{{m}}}", c.generation_tokens)])
+    for name, help_, value in COUNTERS:
+        metric(name, "counter", help_, [(f"{{{m}}}", getattr(c, value))])
     metric("request_success_total", "counter", "Requests by how they ended.",
            [(f'{{{m},finished_reason="{k}"}}', v) for k, v in sorted(c.requests.items())] or [(f"{{{m}}}", 0)])
-    metric("requests_rejected_total", "counter", "Requests refused with 429: the queue was full.",
-           [(f"{{{m}}}", c.rejected)])
     metric("num_requests_running", "gauge", "Requests generating now.", [(f"{{{m}}}", runner.running)])
     metric("num_requests_waiting", "gauge", "Requests waiting for their turn.", [(f"{{{m}}}", runner.waiting)])
     if session is not None:

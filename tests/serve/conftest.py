@@ -9,25 +9,9 @@ import threading
 import time
 from contextlib import contextmanager
 
-import pytest
-
-from ..conftest import save_tiny, tiny, vocab_len
+from ..test_session import home, models  # noqa: F401  (the tiny pair's folders and an empty home)
 
 KEY = "test-key-0123456789"
-
-
-@pytest.fixture()
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory, smollm_tok, qwen_tok):
-    d = tmp_path_factory.mktemp("models")
-    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, d / "drafter")
-    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, d / "target")
-    return str(drafter), str(target)
 
 
 def free_port() -> int:

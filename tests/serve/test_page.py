@@ -132,7 +132,8 @@ def test_two_turns_in_the_page_are_the_targets_own_greedy_answers(models, home, 
         tpf = stats.find_element(By.CSS_SELECTOR, "[data-k=tpf]").text
         assert re.fullmatch(r"\d+\.\d\d", tpf) and float(tpf) >= 1, tpf
         assert stats.find_element(By.CSS_SELECTOR, "[data-k=completion-tokens]").text == str(N)
-        assert int(stats.find_element(By.CSS_SELECTOR, "[data-k=cached]").text.split("(")[1].rstrip(")")) > 0
+        cached, prompt_tokens = stats.find_element(By.CSS_SELECTOR, "[data-k=cached]").text.split(" of ")
+        assert 0 < int(cached) < int(prompt_tokens)  # the follow-up read its first turn from the slot's cache
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
 
