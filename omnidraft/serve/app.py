@@ -195,6 +195,9 @@ async def _sse(reply: Reply, first: Piece | Result, events: AsyncIterator, inclu
         yield b"data: [DONE]\n\n"
     except ApiError as err:  # after the stream began: the error as its last event
         yield _event(err.body())
+    except Exception as err:  # noqa: BLE001  (a server fault after the stream began: said, not a dropped connection)
+        yield _event({"error": {"message": f"internal error: {type(err).__name__}", "type": "server_error",
+                                "param": None, "code": None}})
     finally:
         with anyio.CancelScope(shield=True):  # the client's leaving cancels this stream: stop the generation
             await events.aclose()
