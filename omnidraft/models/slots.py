@@ -27,15 +27,57 @@ def inner(lm: LM) -> LM:
     return lm.current if isinstance(lm, Slots) else lm
 
 
-class Slots:
-    """``n`` instances of ``first``'s model behind the LM protocol; slot 0 is ``first``."""
+RESERVE = 0.15  # of the machine's memory a twin must leave available (else the slot shares a cache)
 
-    def __init__(self, first: LM, n: int):
+
+def available_bytes() -> tuple[int, int] | None:
+    """(MemAvailable, MemTotal) in bytes from /proc/meminfo; None where there is none."""
+    try:
+        fields = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+    except OSError:
+        return None
+    return int(fields["MemAvailable"].split()[0]) << 10, int(fields["MemTotal"].split()[0]) << 10
+
+
+def _rss_bytes() -> int:
+    try:
+        return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) << 10
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class Slots:
+    """``n`` instances of ``first``'s model behind the LM protocol; slot 0 is ``first``. Twins are
+    made while memory allows: a twin whose size (as the last one measured; before the first, this
+    whole process's) would leave less than
+    RESERVE of the machine's memory available is not made, and its slot shares an earlier slot's
+    instance (``distinct`` says how many there are; ``note`` hears why)."""
+
+    def __init__(self, first: LM, n: int, note=None):
         if n < 1:
             raise ValueError(f"slots must be >= 1, got {n}")
-        rest = [twin(first) for _ in range(n - 1)]
-        self.lms: list[LM] = [first] + [t if t is not None else first for t in rest]
+        self.lms: list[LM] = [first]
+        size = _rss_bytes()  # what a twin may take: this process's size until one has been measured
+        for _ in range(n - 1):
+            mem = available_bytes()
+            if mem is not None and mem[0] - size < RESERVE * mem[1]:
+                if note:
+                    note(f"{getattr(first, 'name', 'a model')}: {len(self.lms)} of {n} slots keep their own cache "
+                         f"(another would leave under {RESERVE:.0%} of memory free: {size / 2**30:.1f} GiB each); "
+                         "the others share them")
+                break
+            before = _rss_bytes()
+            made = twin(first)
+            if made is None:
+                break
+            size = max(0, _rss_bytes() - before)
+            self.lms.append(made)
+        self.lms += [self.lms[i % len(self.lms)] for i in range(len(self.lms), n)]
         self.at = 0
+
+    @property
+    def distinct(self) -> int:
+        return len({id(lm) for lm in self.lms})
 
     @property
     def current(self) -> LM:
@@ -44,7 +86,7 @@ class Slots:
     @property
     def shared(self) -> bool:
         """Every slot reaches one instance (a runtime with no twin)."""
-        return len({id(lm) for lm in self.lms}) == 1
+        return self.distinct == 1
 
     def use(self, i: int) -> None:
         if not 0 <= i < len(self.lms):

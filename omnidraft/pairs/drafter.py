@@ -40,12 +40,12 @@ class PairDrafter:
         self.version: str | None = None
         self.head = None  # the eager drafter's AcceptanceHead (a program scores with the one in its .ptd)
         self.has_head = False
-        self.slots = 1
+        self.slots, self.note = 1, None
 
-    def slot(self, n: int) -> None:
-        """Keep ``n`` caches of the drafter, one per conversation slot (models/slots.py)."""
-        self.slots = n
-        self.lm = Slots(self.lm, n) if n > 1 else self.lm
+    def slot(self, n: int, note=None) -> None:
+        """Keep ``n`` caches of the drafter, one per conversation slot, as memory allows (models/slots.py)."""
+        self.slots, self.note = n, note
+        self.lm = Slots(self.lm, n, note) if n > 1 else self.lm
 
     def wanted(self) -> str | None:
         """The version this drafter should run now (None: no adapter)."""
@@ -86,7 +86,7 @@ class PairDrafter:
                 model = PeftModel.from_pretrained(model, str(folder),
                                                   adapter_name=f"{self.pair}@{version}".replace(".", "_"))
                 self.lm = CausalLM(model.eval(), name=self.drafter)
-                self.slot(self.slots)
+                self.slot(self.slots, self.note)
             else:
                 self.store.load(model, self.pair, version)
                 self.lm.reset()

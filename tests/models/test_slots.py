@@ -41,3 +41,14 @@ def test_a_runtime_without_a_twin_has_one_instance_every_slot_shares():
     first = _NoTwin()
     s = Slots(first, 3)
     assert s.shared and all(inner(s) is first for _ in [s.use(i) for i in range(3)])
+
+
+def test_twins_are_made_only_while_memory_allows(monkeypatch):
+    from omnidraft.models import slots
+
+    notes = []
+    monkeypatch.setattr(slots, "available_bytes", lambda: (1 << 30, 100 << 30))  # 1 GiB free of 100
+    s = Slots(CausalLM(tiny("llama", 300, seed=3)), 3, note=notes.append)
+    assert s.distinct == 1 and len(s.lms) == 3 and "1 of 3 slots" in notes[0]
+    monkeypatch.setattr(slots, "available_bytes", lambda: (90 << 30, 100 << 30))
+    assert Slots(CausalLM(tiny("llama", 300, seed=3)), 3).distinct == 3
