@@ -131,6 +131,7 @@ class Session:
         self.target, self.target_tok = load_target(target, sampling=sampling, verify=self.verify, runtime=runtime,
                                                    note=_note, exact=exact)
         self.target_runtime = "remote" if target.remote else runtime_kind(self.target_model)
+        self.preamble = chat_preamble(self.target_tok)  # the ids every chat prompt starts with
         self.log = None
         self.draft_length = FixedK(0)
         self.engine = self.engine_choice = None
@@ -238,7 +239,7 @@ class Session:
         models = [r.target.model for r in self.routes] or [self.target_model]
         for i in range(len(self._slots)):
             self._use(i)
-            warm([m for m in models if m is not None], chat_preamble(self.target_tok))
+            warm([m for m in models if m is not None], self.preamble)
         self._use(0)
 
     def _use(self, i: int) -> None:
@@ -254,7 +255,7 @@ class Session:
         n = len(self._slots)
         held = [common_prefix(s.context, target_ids) for s in self._slots]
         best = max(range(n), key=held.__getitem__)
-        if held[best] <= len(chat_preamble(self.target_tok)) and n > 1:
+        if held[best] <= len(self.preamble) and n > 1:
             best = min(range(n), key=lambda i: self._slots[i].used)
             self._slots[best].turns = []
         self._use(best)
@@ -412,7 +413,7 @@ class Session:
                 self._refresh()
                 routed = None
                 if self.routes:  # before the budget: the runtimes' windows differ
-                    work = kind(target_ids, chat_preamble(self.target_tok), chat)
+                    work = kind(target_ids, self.preamble, chat)
                     asked = max_new_tokens or max(r.target.max_length for r in self.routes) - len(target_ids)
                     route, routed = choose(self.routes, target_ids, asked, work)
                     ahead = forecast(route, target_ids, work)  # before its cache moves
