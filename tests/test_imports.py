@@ -21,7 +21,7 @@ FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.qu
           ["omnidraft.export", "omnidraft.remote"],
           ["omnidraft.device"],
           ["omnidraft.pairs"],
-          ["omnidraft.train"],
+          ["omnidraft.train", "omnidraft.vllm"],
           ["omnidraft.session"],
           ["omnidraft.jobs", "omnidraft.serve"],
           ["omnidraft.cli_args"],

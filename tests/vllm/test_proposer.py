@@ -1,0 +1,127 @@
+"""OmniDraftProposer driven as vLLM's model runner drives it (tiny models, no vLLM): a stand-in
+engine verifies each step's proposals greedily with its own target and hands every request's ids
+and newly committed ids back, in batch rows that may be reordered. Output equals the target's own
+greedy output, copies from the context are proposed on repetitive text, every request keeps its
+stream across reorderings, and the engine's step time is learnt per verify width."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from omnidraft.decode.generate import generate_ar
+from omnidraft.decode.target import LocalTarget
+from omnidraft.models.eager import CausalLM
+from omnidraft.sampling import SamplingConfig
+from omnidraft.vllm.streams import FORGET_AFTER, StepTimes
+
+from ..conftest import save_tiny, tiny, vocab_len
+
+PROMPTS = ["def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add(",
+           "the cat is on the mat. the cat is on the mat. the cat is",
+           "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\n"]
+MAX_LEN = 256
+
+
+class Engine:
+    """vLLM's side, greedily: a batch of requests, each with its ids, verified every step."""
+
+    def __init__(self, target: CausalLM, tok, proposer):
+        self.target, self.tok, self.proposer = target, tok, proposer
+        self.rows: list[dict] = []
+
+    def add(self, prompt: str) -> dict:
+        ids = self.tok(prompt, add_special_tokens=False).input_ids
+        lt = LocalTarget(self.target.fork(), SamplingConfig())
+        lt.start(ids)
+        first = lt.verify([]).token  # the prompt read and its first token sampled
+        row = {"ids": ids + [first], "new": [first], "lt": lt, "prop": [], "prompt": prompt}
+        self.rows.append(row)
+        return row
+
+    def step(self) -> None:
+        """vLLM's propose call over the rows as they are now, then one verify step of every row."""
+        tokens = np.zeros((len(self.rows) + 2, MAX_LEN), dtype=np.int32)
+        for i, row in enumerate(self.rows):
+            tokens[i, : len(row["ids"])] = row["ids"]
+        counts = np.array([len(r["ids"]) for r in self.rows] + [0, 0], dtype=np.int32)
+        drafts = self.proposer.propose([r["new"] for r in self.rows], counts, tokens)
+        assert len(drafts) == len(self.rows)
+        for row, prop in zip(self.rows, drafts):
+            assert len(prop) <= 4 and all(isinstance(t, int) for t in prop)
+            verdict = row["lt"].verify(prop)
+            row["new"] = prop[: verdict.accepted] + [verdict.token]
+            row["ids"] += row["new"]
+
+
+@pytest.fixture()
+def proposer(tmp_path, monkeypatch, smollm_tok, qwen_tok):
+    from omnidraft.vllm.proposer import OmniDraftProposer
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter")
+    target_model = tiny("qwen2", vocab_len(qwen_tok), seed=12)
+    target_dir = save_tiny(target_model, qwen_tok, tmp_path / "target")
+    monkeypatch.setenv("OMNIDRAFT_DRAFTER", str(drafter))
+    monkeypatch.setenv("OMNIDRAFT_DRAFTER_RUNTIME", "eager")
+    config = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=4),
+                             model_config=SimpleNamespace(model=str(target_dir), served_model_name=["tiny"],
+                                                          tokenizer=str(target_dir), max_model_len=MAX_LEN))
+    return OmniDraftProposer(config), CausalLM(target_model)
+
+
+def test_greedy_output_is_the_targets_own_with_rows_reordered(proposer, qwen_tok):
+    prop, target = proposer
+    engine = Engine(target, qwen_tok, prop)
+    rows = [engine.add(p) for p in PROMPTS]
+    for step in range(40):
+        engine.step()
+        if step % 7 == 3:  # vLLM condenses and reorders its batch as requests come and go
+            engine.rows.reverse()
+    for row in rows:
+        own = generate_ar(LocalTarget(target.fork(), SamplingConfig()), qwen_tok, row["prompt"], max_new_tokens=60)
+        made = row["ids"][len(qwen_tok(row["prompt"], add_special_tokens=False).input_ids):]
+        n = min(len(made), len(own.token_ids))
+        assert n >= 40 and made[:n] == own.token_ids[:n], row["prompt"]
+    state = prop.streams.state()
+    assert state["requests"] == len(PROMPTS)  # each request kept its stream through the reorderings
+    assert state["rounds"]["lookup"] > 0  # repetitive text: copies from the context were proposed
+
+
+def test_a_request_that_leaves_is_forgotten_and_a_new_one_starts_fresh(proposer, qwen_tok):
+    prop, target = proposer
+    engine = Engine(target, qwen_tok, prop)
+    engine.add(PROMPTS[0])
+    for _ in range(3):
+        engine.step()
+    engine.rows.clear()
+    late = engine.add(PROMPTS[1])
+    for _ in range(FORGET_AFTER + 2):
+        engine.step()
+    assert len(prop.streams.streams) == 1 and prop.streams.opened == 2
+    own = generate_ar(LocalTarget(target.fork(), SamplingConfig()), qwen_tok, PROMPTS[1], max_new_tokens=8)
+    start = len(qwen_tok(PROMPTS[1], add_special_tokens=False).input_ids)
+    assert late["ids"][start:start + 8] == own.token_ids[:8]
+
+
+def test_a_row_still_reading_its_prompt_gets_no_proposal(proposer):
+    prop, _ = proposer
+    tokens = np.zeros((2, MAX_LEN), dtype=np.int32)
+    assert prop.propose([[]], np.array([5, 0], dtype=np.int32), tokens) == [[]]
+    assert prop.streams.opened == 0
+
+
+def test_step_times_learn_each_width_and_scale_the_untimed_ones():
+    verify = {w: 50.0 * StepTimes.shape(w) for w in (1, 2, 3, 5)}
+    times = StepTimes(verify)
+    for _ in range(30):
+        times.observe(1, 100.0)
+    assert verify[1] == pytest.approx(100.0, rel=1e-3)
+    assert verify[5] == pytest.approx(100.0 * StepTimes.shape(5), rel=1e-2)  # untimed: the prior's shape, rescaled
+    times.observe(5, 300.0)  # a width's first timing replaces its prior; later ones move it
+    times.observe(5, 200.0)
+    assert verify[5] == pytest.approx(0.8 * 300.0 + 0.2 * 200.0) and 3 not in times.timed
+    times.observe(9, 10.0)  # a width the model does not price is ignored
+    assert 9 not in verify
