@@ -8,8 +8,9 @@ copy-heavy assistant prompts), greedy and sampled, in one run with the rows rota
   vLLM + OmniDraftProposer (``custom_class``, up to 8 ids a step); and the OmniDraft pair through
   ``Session`` with the target on its own local runtime (what `omnidraft pair` chose here).
 
-Every vLLM server is up at once (both cores bound to its worker; idle ones cost nothing) and is
-sent the same token ids (the target's chat template applied here) through /v1/completions.
+The rows run in two phases of one run (PHASES: four vLLM servers and the local pair do not fit
+24 GB at once), each phase with vLLM alone beside its rows; a phase's servers are up at once (both
+cores bound to each worker; idle ones cost nothing) and each is sent the same token ids (the target's chat template applied here) through /v1/completions.
 Reported per prompt set and mode: tokens/s end to end and its ratio to vLLM alone, drafted tokens
 accepted (vLLM's /metrics, read around each request; the local pair's own counts) overall and by
 draft position, tokens per target forward, and greedy outputs equal to vLLM alone's.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import defaultdict
@@ -43,6 +45,10 @@ SPECS = {  # row -> vLLM --speculative-config (None: vLLM alone); {drafter}: the
                                   "num_speculative_tokens": 8},
 }
 LOCAL = "omnidraft pair (local runtime)"
+# Two phases, each interleaved with vLLM alone (four vLLM servers up at once do not fit 24 GB with
+# the local pair): the proposers that draft with the SmolLM2 drafter, then the draft-free lookups
+PHASES = (["vllm", "vllm + omnidraft proposer", "vllm + draft model (heterogeneous vocab)", LOCAL],
+          ["vllm", "vllm + ngram", "vllm + suffix"])
 SAMPLED = (0.7, 0.9)  # temperature, top-p of the sampled mode
 
 
@@ -90,15 +96,34 @@ def main() -> None:
     log = benchsetup.logger("vllm")
 
     from omnidraft import Session
-    from omnidraft.decode.text import encode_prompt
-    from omnidraft.models.catalog import model_dir
     from omnidraft.pairs.cost import cpu_info
-    from omnidraft.sampling import SamplingConfig
+
+    session = Session(args.drafter, args.target, log=False)
+    sets = prompt_sets(args.code, args.chat, args.copy)
+    runs: dict = defaultdict(list)  # (phase, mode, set, row) -> per-prompt dicts
+    failed, states = {}, {}
+    for phase, rows in enumerate(PHASES):
+        servers = start_servers(args, [r for r in rows if r != LOCAL], failed, log)
+        try:
+            run_phase(args, phase, [r for r in rows if r in servers or r == LOCAL], servers, session, sets, runs, log)
+        finally:
+            for row, server in servers.items():
+                server.stop()
+                stats = Path(server.env.get("OMNIDRAFT_VLLM_STATS", ""))
+                if row.endswith("proposer") and stats.is_file():
+                    states[row] = json.loads(stats.read_text())
+    report(args, runs, failed, states, cpu_info())
+
+
+def start_servers(args, rows: list[str], failed: dict, log) -> dict:
+    """The phase's vLLM servers, started one after another (a row that does not start says why)."""
+    from omnidraft.models.catalog import model_dir
     from omnidraft.vllm.launch import start
 
-    key, work = secrets.token_hex(8), Path(args.out) / "vllm-logs"
-    servers, failed = {}, {}
-    for row, spec in SPECS.items():
+    key, work = secrets.token_hex(8), Path(tempfile.mkdtemp(prefix="bench-vllm-"))  # server logs
+    servers = {}
+    for row in rows:
+        spec = SPECS[row]
         if spec is not None and spec.get("model") == "{drafter}":
             spec = {**spec, "model": str(model_dir(args.drafter))}
         log(f"starting {row}")
@@ -111,81 +136,80 @@ def main() -> None:
         except Exception as err:  # a method this build cannot run is a row that says why
             failed[row] = str(err)[:300]
             log(f"{row}: did not start: {failed[row]}")
-    session = Session(args.drafter, args.target, log=False)
-    rows = [*servers, LOCAL]
-    sets = prompt_sets(args.code, args.chat, args.copy)
-    runs: dict = defaultdict(list)  # (mode, set, row) -> per-prompt dicts
-    try:
-        for mode, sampling in (("greedy", None), ("sampled", SAMPLED)):
-            for i, (kind, text, chat) in enumerate(sets):
-                ids = encode_prompt(session.target_tok, text, chat=chat)
-                order = rows[i % len(rows):] + rows[: i % len(rows)]
-                outs = {}
-                for row in order:
-                    if row == LOCAL:
-                        cfg = None if sampling is None else SamplingConfig(*sampling, seed=1000 + i)
-                        res = session.generate(text, chat=chat, max_new_tokens=args.max_new_tokens, sampling=cfg)
-                        m = res.metrics
-                        outs[row] = res.token_ids
-                        runs[mode, kind, row].append({"tokens": m["new_tokens"], "s": m["wall_s"],
-                                                      "drafted": m.get("proposed") or 0,
-                                                      "accepted": m.get("accepted") or 0, "by_pos": [],
-                                                      "forwards": m.get("target_forwards") or m["new_tokens"]})
-                        continue
-                    before = spec_counts(servers[row])
-                    out, s = complete(servers[row], ids, args.max_new_tokens, sampling, 1000 + i)
-                    after = spec_counts(servers[row])
-                    accepted = after[1] - before[1]
-                    outs[row] = out
-                    runs[mode, kind, row].append({
-                        "tokens": len(out), "s": s, "drafted": after[0] - before[0], "accepted": accepted,
-                        "by_pos": [a - b for a, b in zip(after[2], before[2] + [0.0] * len(after[2]))],
-                        "forwards": len(out) - accepted})
-                for row in rows:
-                    runs[mode, kind, row][-1]["equal"] = outs[row] == outs.get("vllm")
-                log(f"{mode} {kind} {i}: " + ", ".join(f"{r}: {runs[mode, kind, r][-1]['tokens'] / "
-                                                        f"runs[mode, kind, r][-1]['s']:.1f}" for r in rows))
-    finally:
-        states = {}
-        for row, server in servers.items():
-            server.stop()
-            stats = Path(server.env.get("OMNIDRAFT_VLLM_STATS", ""))
-            if row.endswith("proposer") and stats.is_file():
-                states[row] = json.loads(stats.read_text())
-    report(args, runs, rows, failed, states, cpu_info())
+    return servers
 
 
-def report(args, runs: dict, rows: list[str], failed: dict, states: dict, cpu: dict) -> None:
+def run_phase(args, phase: int, rows: list[str], servers: dict, session, sets, runs: dict, log) -> None:
+    """Every prompt on every row of the phase, greedy then sampled, the rows' order rotated per prompt."""
+    from omnidraft.decode.text import encode_prompt
+    from omnidraft.sampling import SamplingConfig
+
+    for mode, sampling in (("greedy", None), ("sampled", SAMPLED)):
+        for i, (kind, text, chat) in enumerate(sets):
+            ids = encode_prompt(session.target_tok, text, chat=chat)
+            order = rows[i % len(rows):] + rows[: i % len(rows)]
+            outs = {}
+            for row in order:
+                if row == LOCAL:
+                    cfg = None if sampling is None else SamplingConfig(*sampling, seed=1000 + i)
+                    res = session.generate(text, chat=chat, max_new_tokens=args.max_new_tokens, sampling=cfg)
+                    m = res.metrics
+                    outs[row] = res.token_ids
+                    runs[phase, mode, kind, row].append({
+                        "tokens": m["new_tokens"], "s": m["wall_s"], "drafted": m.get("proposed") or 0,
+                        "accepted": m.get("accepted") or 0, "by_pos": [],
+                        "forwards": m.get("target_forwards") or m["new_tokens"]})
+                    continue
+                before = spec_counts(servers[row])
+                out, s = complete(servers[row], ids, args.max_new_tokens, sampling, 1000 + i)
+                after = spec_counts(servers[row])
+                accepted = after[1] - before[1]
+                outs[row] = out
+                runs[phase, mode, kind, row].append({
+                    "tokens": len(out), "s": s, "drafted": after[0] - before[0], "accepted": accepted,
+                    "by_pos": [a - b for a, b in zip(after[2], before[2] + [0.0] * len(after[2]))],
+                    "forwards": len(out) - accepted})
+            for row in rows:
+                runs[phase, mode, kind, row][-1]["equal"] = outs[row] == outs.get("vllm")
+            last = {r: runs[phase, mode, kind, r][-1] for r in rows}
+            log(f"phase {phase} {mode} {kind} {i}: " +
+                ", ".join(f"{r}: {x['tokens'] / x['s']:.1f}" for r, x in last.items()))
+
+
+def report(args, runs: dict, failed: dict, states: dict, cpu: dict) -> None:
     import torch
 
     table, data = [], {}
-    for (mode, kind, row), items in runs.items():
+    for (phase, mode, kind, row), items in runs.items():
         tokens, s = sum(x["tokens"] for x in items), sum(x["s"] for x in items)
-        alone = runs[mode, kind, "vllm"]
+        alone = runs[phase, mode, kind, "vllm"]
         alone_rate = sum(x["tokens"] for x in alone) / sum(x["s"] for x in alone)
         drafted, accepted = sum(x["drafted"] for x in items), sum(x["accepted"] for x in items)
         width = max((len(x["by_pos"]) for x in items), default=0)
         by_pos = [sum(x["by_pos"][p] for x in items if p < len(x["by_pos"])) for p in range(width)]
+        forwards = sum(x["forwards"] for x in items)
         cell = {"tokens": tokens, "seconds": round(s, 3), "tokens_per_s": round(tokens / s, 2),
                 "ratio_to_vllm_alone": round(tokens / s / alone_rate, 3), "drafted": drafted, "accepted": accepted,
-                "acceptance": round(accepted / drafted, 3) if drafted else None,
-                "accepted_by_position": by_pos, "tokens_per_forward": round(tokens / max(1, sum(x["forwards"] for x in items)), 2),
-                "equal_to_vllm_alone": sum(x.get("equal", False) for x in items), "prompts": len(items)}
-        data[f"{mode}/{kind}/{row}"] = cell
-        table.append([mode, kind, row, cell["tokens_per_s"], f"{cell['ratio_to_vllm_alone']:.2f}x",
-                      "-" if cell["acceptance"] is None else f"{cell['acceptance']:.3f} ({int(accepted)}/{int(drafted)})",
+                "acceptance": round(accepted / drafted, 3) if drafted else None, "accepted_by_position": by_pos,
+                "tokens_per_forward": round(tokens / max(1, forwards), 2), "prompts": len(items),
+                "equal_to_vllm_alone": sum(x.get("equal", False) for x in items), "per_prompt": items}
+        data[f"{phase}/{mode}/{kind}/{row}"] = cell
+        table.append([phase + 1, mode, kind, row, cell["tokens_per_s"], f"{cell['ratio_to_vllm_alone']:.2f}x",
+                      "-" if not drafted else f"{cell['acceptance']:.3f} ({int(accepted)}/{int(drafted)})",
                       " / ".join(str(int(v)) for v in by_pos[:4]) or "-", cell["tokens_per_forward"],
                       f"{cell['equal_to_vllm_alone']}/{len(items)}" if mode == "greedy" else "-"])
-    rep = benchio.stamp_report(cpu=cpu, target=args.target, drafter=args.drafter, rows=rows, failed=failed,
+    order = [r for rows in PHASES for r in rows]
+    rep = benchio.stamp_report(cpu=cpu, target=args.target, drafter=args.drafter, phases=PHASES, failed=failed,
                                cells=data, proposer_state=states, max_new_tokens=args.max_new_tokens,
                                sampled=list(SAMPLED))
     md = [f"CPU: {benchio.cpu_line(cpu, torch.get_num_threads())}. Target {args.target} (vLLM: bf16, both cores "
           f"bound to its worker; the local pair: the runtime `omnidraft pair` chose), drafter {args.drafter}; "
           f"{args.max_new_tokens} new tokens a prompt; sampled = temperature {SAMPLED[0]}, top-p {SAMPLED[1]}, "
-          "one seed a prompt; one run, rows rotated per prompt.", "",
-          *benchio.table(["mode", "set", "row", "tokens/s", "vs vLLM alone", "accepted / drafted",
+          "one seed a prompt. Two phases in one run, each with vLLM alone, the rows rotated per prompt; "
+          "ratios are to vLLM alone in the same phase.", "",
+          *benchio.table(["phase", "mode", "set", "row", "tokens/s", "vs vLLM alone", "accepted / drafted",
                           "accepted by position (1-4)", "tokens per target forward", "equal to vLLM alone"],
-                         sorted(table, key=lambda r: (r[0], r[1], rows.index(r[2]))))]
+                         sorted(table, key=lambda r: (r[1], r[2], r[0], order.index(r[3]))))]
     if failed:
         md += ["", "Did not start: " + "; ".join(f"{r}: {why}" for r, why in failed.items())]
     benchio.save(args.out, "vllm", "OmniDraft on a real vLLM", rep, md)

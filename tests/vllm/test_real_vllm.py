@@ -11,7 +11,8 @@ mid-generation the local fallback continues exactly (last: it kills the plain se
 
 OmniDraft's proposer inside vLLM (omnidraft/vllm/): loaded by class path, its greedy output equal
 to vLLM alone's on plain and repetitive prompts, its drafts and copies verified by vLLM (its
-/metrics count them), its state kept in $OMNIDRAFT_HOME."""
+/metrics count them), its state kept in $OMNIDRAFT_HOME; a sampled request gets no drafts on this
+CPU build (its sampled verification is not exact), so its seeded output is vLLM alone's."""
 
 from __future__ import annotations
 
@@ -85,6 +86,16 @@ def _vllm_greedy(server, ids: list[int], n: int) -> list[int]:
     with urllib.request.urlopen(req, timeout=120) as reply:
         tokens = json.loads(reply.read())["choices"][0]["logprobs"]["tokens"]
     return [int(t.removeprefix("token_id:")) for t in tokens]
+
+
+def _vllm_sampled(server, ids: list[int], n: int, seed: int) -> list[int]:
+    """vLLM's seeded sample at temperature 0.8: its ids."""
+    body = {"model": server.name, "prompt": ids, "max_tokens": n, "temperature": 0.8, "seed": seed,
+            "return_token_ids": True}
+    req = urllib.request.Request(server.url + "/completions", data=json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as reply:
+        return json.loads(reply.read())["choices"][0]["token_ids"]
 
 
 def test_greedy_speculative_output_is_vllms_own_in_one_request_per_verify(engine, drafter, pair, qwen_tok):
@@ -164,6 +175,10 @@ def test_omnidraft_inside_vllm_is_vllms_own_greedy_output(engine, with_proposer,
     for prompt in prompts:
         ids = qwen_tok(prompt, add_special_tokens=False).input_ids
         assert _vllm_greedy(server, ids, 48) == _vllm_greedy(engine, ids, 48), prompt
+    ids = qwen_tok(prompts[3], add_special_tokens=False).input_ids  # sampled: vLLM's own sampler, no drafts
+    before = server.total(server.metrics(), "vllm:spec_decode_num_draft_tokens_total")
+    assert _vllm_sampled(server, ids, 32, seed=7) == _vllm_sampled(engine, ids, 32, seed=7)
+    assert server.total(server.metrics(), "vllm:spec_decode_num_draft_tokens_total") == before
     counts = server.metrics()
     assert server.total(counts, "vllm:spec_decode_num_draft_tokens_total") > 0  # vLLM verified the drafts
     assert server.total(counts, "vllm:spec_decode_num_accepted_tokens_total") > 0
