@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from omnidraft.sampling import SamplingConfig
 from omnidraft.translate.reverse import DraftContext
 from omnidraft.vllm.streams import StepTimes, Streams
 
+_log = logging.getLogger(__name__)
 PRIOR_STEP_MS = 50.0  # vLLM's step before one is timed (the first steps time it)
 
 
@@ -57,7 +59,7 @@ class OmniDraftProposer:
         device = getattr(getattr(vllm_config, "device_config", None), "device_type", "cpu")
         # vLLM's sampled verification on CPU is not exact (module text): there, sampled requests get no drafts
         self.sampled_drafts = str(device) != "cpu"
-        self.runner = _model_runner()  # what says each row's sampling (None: every row drafts)
+        self.runner = _model_runner()  # what says each row's sampling and budget (None: every row drafts)
         drafter = os.environ.get("OMNIDRAFT_DRAFTER", DEFAULT_DRAFTER)
         runtime = os.environ.get("OMNIDRAFT_DRAFTER_RUNTIME", "auto")
         target = target_ref(str(model.model), _served(model))
@@ -73,29 +75,42 @@ class OmniDraftProposer:
     def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
         """Draft target ids per running request: ``sampled_token_ids[i]``, what request i's last
         step committed; ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, all its ids now."""
-        greedy = self._greedy_rows(len(sampled_token_ids))
-        rows = [(new if greedy[i] else [], token_ids_cpu[i, : int(num_tokens_no_spec[i])])
-                for i, new in enumerate(sampled_token_ids)]
-        out = self.streams.step(rows)
+        rows = []
+        for i, new in enumerate(sampled_token_ids):
+            ids = token_ids_cpu[i, : int(num_tokens_no_spec[i])]
+            draft, left = self._row(i, len(ids))
+            rows.append((new if draft else [], ids, left))
+        try:
+            out = self.streams.step(rows)
+        except Exception:  # never take vLLM down: this step drafts nothing, the requests start over
+            _log.exception("omnidraft: the proposer failed; this step has no drafts")
+            self.streams.streams.clear()
+            return [[] for _ in rows]
         if self.stats is not None and self.streams.opened != self._reported:  # a new request: report the last
             self._reported = self.streams.opened
             atomic_write_json(self.stats, self.streams.state())
         return out
 
-
-    def _greedy_rows(self, n: int) -> list[bool]:
-        """Whether each of the ``n`` rows may be drafted for: every row where sampled verification
-        is exact; else the greedy requests (vLLM's call does not say; its model runner's batch does)."""
+    def _row(self, i: int, length: int) -> tuple[bool, int | None]:
+        """Whether row ``i`` (``length`` ids so far) may be drafted for, and how many more tokens
+        its request may generate (None: unknown). vLLM's call says neither; its model runner's
+        batch does (without one: every row, budget unknown). Sampled requests are drafted for
+        only where sampled verification is exact."""
         batch = getattr(self.runner, "input_batch", None)
-        if self.sampled_drafts or batch is None:
-            return [True] * n
-        ids, random = batch.req_ids, batch.random_reqs
-        return [i < len(ids) and ids[i] not in random for i in range(n)]
+        if batch is None or i >= len(batch.req_ids):
+            return True, None
+        req_id = batch.req_ids[i]
+        state = getattr(self.runner, "requests", {}).get(req_id)
+        params = getattr(state, "sampling_params", None)
+        left = None
+        if params is not None and getattr(params, "max_tokens", None) is not None:
+            left = max(0, params.max_tokens - (length - len(state.prompt_token_ids or [])))
+        return self.sampled_drafts or req_id not in batch.random_reqs, left
 
 
 def _model_runner():
-    """The vLLM model runner building this proposer (the caller whose ``self`` has an input batch
-    or builds one), or None: read for each row's sampling, which ``propose`` is not given."""
+    """The vLLM model runner building this proposer (the nearest caller whose ``self`` is a model
+    runner), or None: read for each row's sampling and token budget, which ``propose`` is not given."""
     frame = inspect.currentframe()
     while frame is not None:
         owner = frame.f_locals.get("self")

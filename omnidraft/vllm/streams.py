@@ -76,21 +76,19 @@ class Streams:
         self.last_end: float | None = None  # when the previous step's proposals were handed over
         self.last_width = 0  # the widest verify they asked for
         self.last_rows = 0  # how many rows that step had
-        self.debug = []
-        self.last_prop_ms = 0
         self.opened = 0  # requests seen
         self.rounds = {"lookup": 0, "drafter": 0, "none": 0}  # rounds proposed, by kind
         self.propose_s = 0.0  # time spent in step(): the engine waits for it
 
-    def step(self, rows: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[list[int]]:
-        """``rows``: per running request, (the ids its last step committed, every id it has now);
-        a row with none committed (its prompt still being read) gets no proposal. Returns each
-        row's proposal: at most ``k_max`` target ids."""
+    def step(self, rows: Sequence[tuple[Sequence[int], Sequence[int], int | None]]) -> list[list[int]]:
+        """``rows``: per running request, (the ids its last step committed, every id it has now,
+        how many more it may generate: None when unknown); a row with none committed (its prompt
+        still being read) gets no proposal. Returns each row's proposal: at most ``k_max`` target ids."""
         now = time.perf_counter()
         seen: set[int] = set()
         out: list[list[int]] = []
         verified = 0  # rows whose last step verified this proposer's plan
-        for new, ids in rows:
+        for new, ids, left in rows:
             if not len(new):
                 out.append([])
                 continue
@@ -98,12 +96,11 @@ class Streams:
             if stream.plan is not None:
                 self._take_verdict(stream, [int(t) for t in new], now)
                 verified += 1
-            out.append(self._propose(stream, len(ids)))
+            out.append(self._propose(stream, len(ids), left))
             seen.add(id(stream))
         if verified == len(rows) == self.last_rows and self.last_end is not None:
             # a step that only verified the last step's proposals (no prompt read, no idle gap): its time
             self.times.observe(self.last_width, (now - self.last_end) * 1e3)
-            self.debug.append((self.last_width, round((now - self.last_end) * 1e3, 1), round(self.last_prop_ms, 1)))
         self.last_rows = len(rows)
         for s in self.streams:
             s.missing = 0 if id(s) in seen else s.missing + 1
@@ -111,7 +108,6 @@ class Streams:
         self.last_width = max((len(p) + 1 for p in out), default=0) if seen else 0
         self.last_end = time.perf_counter()
         self.propose_s += self.last_end - now
-        self.last_prop_ms = (self.last_end - now) * 1e3
         return out
 
     def state(self) -> dict:
@@ -119,7 +115,7 @@ class Streams:
         state = getattr(self.k, "state", lambda: {})()
         return {"requests": self.opened, "rounds": dict(self.rounds), "propose_s": round(self.propose_s, 3),
                 "verify_ms": {w: round(ms, 2) for w, ms in sorted(self.times.verify_ms.items())},
-                "timed_widths": sorted(self.times.timed), "debug": self.debug[-300:], "cost_model": state}
+                "timed_widths": sorted(self.times.timed), "cost_model": state}
 
     def _find(self, ids: Sequence[int], fresh: int, taken: set[int]) -> Stream:
         """The stream whose ids are ``ids`` before the last ``fresh``, else a new one over all of ``ids``."""
@@ -149,8 +145,10 @@ class Streams:
         self.k.observe_round(plan.width, plan.proposal.drafter_forwards, plan.read, now - stream.started)
         stream.plan = None
 
-    def _propose(self, stream: Stream, length: int) -> list[int]:
-        left = self.max_len - length
+    def _propose(self, stream: Stream, length: int, left: int | None) -> list[int]:
+        """The stream's next proposal: what fits the window and the request's budget beyond its
+        next token (the cost model weighs the drafter's catch-up against what is ``left``)."""
+        left = self.max_len - length if left is None else min(left, self.max_len - length)
         room = max(0, min(self.k_max, left - 1))
         stream.started = time.perf_counter()
         stream.plan = stream.spec.plan(room, left)

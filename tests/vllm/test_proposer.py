@@ -118,13 +118,41 @@ def test_sampled_requests_get_no_drafts_where_sampled_verification_is_not_exact(
     runner's batch lists as random is never drafted for; greedy ones are."""
     prop, _ = proposer
     assert not prop.sampled_drafts  # the config names no device: a CPU
-    prop.runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=["greedy", "sampled"], random_reqs={"sampled"}))
+    prop.runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=["greedy", "sampled"], random_reqs={"sampled"}),
+                                  requests={})
     tokens = np.zeros((2, MAX_LEN), dtype=np.int32)
     tokens[:, :12] = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8]] * 2
     counts = np.array([12, 12], dtype=np.int32)
     out = prop.propose([[8], [8]], counts, tokens)
     assert out[1] == [] and prop.streams.opened == 1  # the sampled row: no stream, no proposal
     assert out[0]  # the greedy row copies what followed (5, 6, 7, 8) earlier
+
+
+def test_a_request_near_its_token_budget_gets_a_proposal_that_fits_it(proposer):
+    """The model runner's request state says max_tokens: a proposal never runs past it."""
+    prop, _ = proposer
+    ids = [5, 6, 7, 8] * 6  # 16 generated after an 8-id prompt
+    tokens = np.zeros((1, MAX_LEN), dtype=np.int32)
+    tokens[0, : len(ids)] = ids
+    sizes = []
+    for budget in (100, 18):  # room to copy a long continuation; one more id after the next token
+        state = SimpleNamespace(sampling_params=SimpleNamespace(max_tokens=budget), prompt_token_ids=ids[:8])
+        prop.runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=["r"], random_reqs=set()),
+                                      requests={"r": state})
+        prop.streams.streams.clear()
+        sizes.append(len(prop.propose([[8]], np.array([len(ids)], dtype=np.int32), tokens)[0]))
+    assert sizes[0] > 1 and sizes[1] == 1
+
+
+def test_a_failing_step_drafts_nothing_and_keeps_vllm_serving(proposer, monkeypatch):
+    prop, _ = proposer
+    tokens = np.zeros((1, MAX_LEN), dtype=np.int32)
+    tokens[0, :12] = [5, 6, 7, 8] * 3
+
+    def broken(ids):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(prop.streams, "open", broken)
+    assert prop.propose([[8]], np.array([12], dtype=np.int32), tokens) == [[]]
 
 
 def test_step_times_learn_each_width_and_scale_the_untimed_ones():
