@@ -42,12 +42,9 @@ def main() -> None:
     benchsetup.start(args.threads)
     log = benchsetup.logger("vllm-verify")
 
-    from omnidraft import Session
     from omnidraft.models.catalog import model_dir
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.cost import cpu_info
-    from omnidraft.pairs.settings import TargetRef
-    from omnidraft.pairs.spec import pair_dir, pair_name
     from omnidraft.prompts import humaneval
     from omnidraft.remote.http import JsonClient
     from omnidraft.remote.id_wires import VllmWire
