@@ -25,8 +25,6 @@ import json
 import secrets
 import sys
 import tempfile
-import time
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
@@ -60,19 +58,6 @@ def prompt_sets(code: int, chat: int, copy: int) -> list[tuple[str, str, bool]]:
     plain = heldout(code=code, chat=chat)
     copies = [turns[0] for turns in copy_prompts() if len(turns) == 1][::3][:copy]
     return [("code" if not c else "chat", p, c) for p, c in plain] + [("copy", p, True) for p in copies]
-
-
-def complete(server, ids: list[int], n: int, sampling: tuple[float, float] | None, seed: int) -> tuple[list[int], float]:
-    """(vLLM's new ids, seconds) for ``ids`` (greedy, or sampled at ``sampling`` with ``seed``)."""
-    temperature, top_p = sampling or (0.0, 1.0)
-    body = {"model": server.name, "prompt": ids, "max_tokens": n, "temperature": temperature, "top_p": top_p,
-            "seed": seed, "return_token_ids": True}
-    req = urllib.request.Request(server.url + "/completions", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"})
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=600) as reply:
-        out = json.loads(reply.read())
-    return [int(t) for t in out["choices"][0]["token_ids"]], time.perf_counter() - t0
 
 
 def spec_counts(server) -> tuple[float, float, list[float]]:
@@ -161,7 +146,9 @@ def run_phase(args, phase: int, rows: list[str], servers: dict, session, sets, r
                         "forwards": m.get("target_forwards") or m["new_tokens"]})
                     continue
                 before = spec_counts(servers[row])
-                out, s = complete(servers[row], ids, args.max_new_tokens, sampling, 1000 + i)
+                temperature, top_p = sampling or (0.0, 1.0)
+                out, s = servers[row].complete(ids, args.max_new_tokens, temperature=temperature, top_p=top_p,
+                                               seed=1000 + i)
                 after = spec_counts(servers[row])
                 accepted = after[1] - before[1]
                 outs[row] = out

@@ -155,6 +155,25 @@ def test_a_failing_step_drafts_nothing_and_keeps_vllm_serving(proposer, monkeypa
     assert prop.propose([[8]], np.array([12], dtype=np.int32), tokens) == [[]]
 
 
+def test_a_bad_drafter_or_runtime_is_one_clear_line(tmp_path, monkeypatch, qwen_tok):
+    """What vLLM reports when it cannot build the proposer (its start fails with this message)."""
+    from omnidraft.errors import OmniDraftError
+    from omnidraft.vllm.proposer import OmniDraftProposer
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, tmp_path / "target")
+    config = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=4),
+                             model_config=SimpleNamespace(model=str(target), served_model_name=["tiny"],
+                                                          tokenizer=str(target), max_model_len=MAX_LEN))
+    for env, message in ((("OMNIDRAFT_DRAFTER", "no-such-model"), "unknown model 'no-such-model'"),
+                         (("OMNIDRAFT_DRAFTER_RUNTIME", "bogus"), "unknown runtime 'bogus'")):
+        with monkeypatch.context() as m:
+            m.setenv(*env)
+            with pytest.raises(OmniDraftError, match=message) as err:
+                OmniDraftProposer(config)
+            assert "\n" not in str(err.value)
+
+
 def test_step_times_learn_each_width_and_scale_the_untimed_ones():
     verify = {w: 50.0 * StepTimes.shape(w) for w in (1, 2, 3, 5)}
     times = StepTimes(verify)

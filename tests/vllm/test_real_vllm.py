@@ -17,7 +17,6 @@ CPU build (its sampled verification is not exact), so its seeded output is vLLM 
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections import Counter
 
 import pytest
@@ -78,24 +77,13 @@ def _target(server, tok, sampling=SamplingConfig(), **kw) -> OpenAITarget:
 
 
 def _vllm_greedy(server, ids: list[int], n: int) -> list[int]:
-    """vLLM generating alone, greedily: its own ids (``return_tokens_as_token_ids``)."""
-    body = {"model": server.name, "prompt": ids, "max_tokens": n, "temperature": 0, "logprobs": 1,
-            "return_tokens_as_token_ids": True}
-    req = urllib.request.Request(server.url + "/completions", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as reply:
-        tokens = json.loads(reply.read())["choices"][0]["logprobs"]["tokens"]
-    return [int(t.removeprefix("token_id:")) for t in tokens]
+    """vLLM generating alone, greedily: its own ids."""
+    return server.complete(ids, n)[0]
 
 
 def _vllm_sampled(server, ids: list[int], n: int, seed: int) -> list[int]:
     """vLLM's seeded sample at temperature 0.8: its ids."""
-    body = {"model": server.name, "prompt": ids, "max_tokens": n, "temperature": 0.8, "seed": seed,
-            "return_token_ids": True}
-    req = urllib.request.Request(server.url + "/completions", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {server.key}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as reply:
-        return json.loads(reply.read())["choices"][0]["token_ids"]
+    return server.complete(ids, n, temperature=0.8, seed=seed)[0]
 
 
 def test_greedy_speculative_output_is_vllms_own_in_one_request_per_verify(engine, drafter, pair, qwen_tok):
