@@ -5,8 +5,10 @@ copy-heavy assistant prompts), greedy and sampled, in one run with the rows rota
   vLLM alone; vLLM + its own cross-vocabulary draft model (``draft_model`` with
   ``use_heterogeneous_vocab``, the TLI method, k = 3 as vLLM's docs set it); vLLM + ``ngram`` (prompt
   lookup: k = 5, lookup 2..5); vLLM + ``suffix`` (suffix decoding, where its package installs);
-  vLLM + OmniDraftProposer (``custom_class``, up to 8 ids a step); and the OmniDraft pair through
-  ``Session`` with the target on its own local runtime (what `omnidraft pair` chose here).
+  vLLM + OmniDraftProposer (``custom_class``, up to 8 ids a step); the OmniDraft pair through
+  ``Session`` with the target on its own local runtime (what `omnidraft pair` chose here); and,
+  greedy only, the honest alternatives off vLLM: the target alone on llama.cpp (its packaged GGUF)
+  and transformers' assisted generation at its best setting here (scripts/baselines.py).
 
 The rows run in two phases of one run (PHASES: four vLLM servers and the local pair do not fit
 24 GB at once), each phase with vLLM alone beside its rows; a phase's servers are up at once (both
@@ -45,8 +47,10 @@ SPECS = {  # row -> vLLM --speculative-config (None: vLLM alone); {drafter}: the
 LOCAL = "omnidraft pair (local runtime)"
 # Two phases, each interleaved with vLLM alone (four vLLM servers up at once do not fit 24 GB with
 # the local pair): the proposers that draft with the SmolLM2 drafter, then the draft-free lookups
+LLAMACPP, ASSISTED = "llama.cpp target alone", "transformers assisted generation (best setting)"
 PHASES = (["vllm", "vllm + omnidraft proposer", "vllm + draft model (heterogeneous vocab)", LOCAL],
-          ["vllm", "vllm + ngram", "vllm + suffix"])
+          ["vllm", "vllm + ngram", "vllm + suffix", LLAMACPP, ASSISTED])
+GREEDY_ONLY = (LLAMACPP, ASSISTED)  # their runners decode greedily
 SAMPLED = (0.7, 0.9)  # temperature, top-p of the sampled mode
 
 
@@ -84,20 +88,36 @@ def main() -> None:
     from omnidraft.pairs.cost import cpu_info
 
     session = Session(args.drafter, args.target, log=False)
+    alternatives = honest_alternatives(args, log)
     sets = prompt_sets(args.code, args.chat, args.copy)
     runs: dict = defaultdict(list)  # (phase, mode, set, row) -> per-prompt dicts
     failed, states = {}, {}
     for phase, rows in enumerate(PHASES):
-        servers = start_servers(args, [r for r in rows if r != LOCAL], failed, log)
+        servers = start_servers(args, [r for r in rows if r in SPECS], failed, log)
+        servers.update({r: run for r, run in alternatives.items() if r in rows})
         try:
             run_phase(args, phase, [r for r in rows if r in servers or r == LOCAL], servers, session, sets, runs, log)
         finally:
             for row, server in servers.items():
+                if row not in SPECS:
+                    continue
                 server.stop()
                 stats = Path(server.env.get("OMNIDRAFT_VLLM_STATS", ""))
                 if row.endswith("proposer") and stats.is_file():
                     states[row] = json.loads(stats.read_text())
     report(args, runs, failed, states, cpu_info())
+
+
+def honest_alternatives(args, log) -> dict:
+    """{row: run(ids, new) -> (tokens, seconds)}: llama.cpp alone (where llama-cpp-python is
+    installed) and transformers' assisted generation at its best setting, both greedy."""
+    from baselines import BEST, assisted_name, baselines
+
+    runs = baselines(args.target, args.drafter, args.threads, log, assisted=(BEST,))
+    out = {ASSISTED: runs[assisted_name(BEST)]}
+    if "llama.cpp target alone" in runs:
+        out[LLAMACPP] = runs["llama.cpp target alone"]
+    return out
 
 
 def start_servers(args, rows: list[str], failed: dict, log) -> dict:
@@ -132,9 +152,15 @@ def run_phase(args, phase: int, rows: list[str], servers: dict, session, sets, r
     for mode, sampling in (("greedy", None), ("sampled", SAMPLED)):
         for i, (kind, text, chat) in enumerate(sets):
             ids = encode_prompt(session.target_tok, text, chat=chat)
-            order = rows[i % len(rows):] + rows[: i % len(rows)]
+            here = [r for r in rows if sampling is None or r not in GREEDY_ONLY]
+            order = here[i % len(here):] + here[: i % len(here)]
             outs = {}
             for row in order:
+                if row in GREEDY_ONLY:
+                    tokens, s = servers[row](ids, args.max_new_tokens)
+                    runs[phase, mode, kind, row].append({"tokens": tokens, "s": s, "drafted": 0, "accepted": 0,
+                                                         "by_pos": [], "forwards": tokens})
+                    continue
                 if row == LOCAL:
                     cfg = None if sampling is None else SamplingConfig(*sampling, seed=1000 + i)
                     res = session.generate(text, chat=chat, max_new_tokens=args.max_new_tokens, sampling=cfg)
@@ -156,9 +182,9 @@ def run_phase(args, phase: int, rows: list[str], servers: dict, session, sets, r
                     "tokens": len(out), "s": s, "drafted": after[0] - before[0], "accepted": accepted,
                     "by_pos": [a - b for a, b in zip(after[2], before[2] + [0.0] * len(after[2]))],
                     "forwards": len(out) - accepted})
-            for row in rows:
+            for row in outs:
                 runs[phase, mode, kind, row][-1]["equal"] = outs[row] == outs.get("vllm")
-            last = {r: runs[phase, mode, kind, r][-1] for r in rows}
+            last = {r: runs[phase, mode, kind, r][-1] for r in here}
             log(f"phase {phase} {mode} {kind} {i}: " +
                 ", ".join(f"{r}: {x['tokens'] / x['s']:.1f}" for r, x in last.items()))
 
@@ -183,8 +209,10 @@ def report(args, runs: dict, failed: dict, states: dict, cpu: dict) -> None:
         data[f"{phase}/{mode}/{kind}/{row}"] = cell
         table.append([phase + 1, mode, kind, row, cell["tokens_per_s"], f"{cell['ratio_to_vllm_alone']:.2f}x",
                       "-" if not drafted else f"{cell['acceptance']:.3f} ({int(accepted)}/{int(drafted)})",
-                      " / ".join(str(int(v)) for v in by_pos[:4]) or "-", cell["tokens_per_forward"],
-                      f"{cell['equal_to_vllm_alone']}/{len(items)}" if mode == "greedy" else "-"])
+                      " / ".join(str(int(v)) for v in by_pos[:4]) or "-",
+                      "-" if row in GREEDY_ONLY else cell["tokens_per_forward"],
+                      f"{cell['equal_to_vllm_alone']}/{len(items)}" if mode == "greedy" and row not in GREEDY_ONLY
+                      else "-"])
     order = [r for rows in PHASES for r in rows]
     rep = benchio.stamp_report(cpu=cpu, target=args.target, drafter=args.drafter, phases=PHASES, failed=failed,
                                cells=data, proposer_state=states, max_new_tokens=args.max_new_tokens,
@@ -193,13 +221,20 @@ def report(args, runs: dict, failed: dict, states: dict, cpu: dict) -> None:
           f"bound to its worker; the local pair: the runtime `omnidraft pair` chose), drafter {args.drafter}; "
           f"{args.max_new_tokens} new tokens a prompt; sampled = temperature {SAMPLED[0]}, top-p {SAMPLED[1]}, "
           "one seed a prompt. Two phases in one run, each with vLLM alone, the rows rotated per prompt; "
-          "ratios are to vLLM alone in the same phase.", "",
+          "ratios are to vLLM alone in the same phase. llama.cpp alone (the packaged GGUF, same threads) and "
+          f"transformers' assisted generation ({assisted_setting()}, heterogeneous vocabularies) run greedy only.", "",
           *benchio.table(["phase", "mode", "set", "row", "tokens/s", "vs vLLM alone", "accepted / drafted",
                           "accepted by position (1-4)", "tokens per target forward", "equal to vLLM alone"],
                          sorted(table, key=lambda r: (r[1], r[2], r[0], order.index(r[3]))))]
     if failed:
         md += ["", "Did not start: " + "; ".join(f"{r}: {why}" for r, why in failed.items())]
     benchio.save(args.out, "vllm", "OmniDraft on a real vLLM", rep, md)
+
+
+def assisted_setting() -> str:
+    from baselines import BEST, assisted_name
+
+    return assisted_name(BEST).removeprefix("transformers assisted generation, ")
 
 
 if __name__ == "__main__":
