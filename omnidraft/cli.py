@@ -105,10 +105,25 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from omnidraft.bench.run import run_suite
+    from omnidraft.bench.suites import Options, suite
+
+    chosen = suite(args.suite)
+    rows = tuple(r.strip() for r in args.rows.split(",") if r.strip()) if args.rows else None
+    opts = Options(args.drafter, args.target, {k: getattr(args, k) for k in ("code", "chat", "sharegpt", "copy")
+                                               if getattr(args, k)}, args.max_new_tokens, args.threads, args.dtype,
+                   rows)
+    run_suite(chosen, opts, out=args.out, keep=not args.no_history,
+              log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
+    return 0
+
+
 def _cmd_cost(args) -> int:
     from omnidraft.device.threads import set_threads
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import cpu_info, measure, runtime_name
+    from omnidraft.device.cpu import cpu_info
+    from omnidraft.pairs.timing import measure, runtime_name
 
     try:
         widths = tuple(sorted({int(w) for w in args.widths.split(",")}))
@@ -348,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_serve_target(args)
         handler = {"serve": _cmd_serve, "pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
                    "export": _cmd_export, "export-adapter": _cmd_export_adapter, "cost": _cmd_cost,
-                   "distill": _cmd_distill}
+                   "distill": _cmd_distill, "bench": _cmd_bench}
         return handler[args.command](args)
     except OmniDraftError as err:
         print(f"omnidraft: error: {err}", file=sys.stderr)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from omnidraft.decode.draft_length import K_MAX
-from omnidraft.pairs.cost import WIDTHS
+from omnidraft.pairs.timing import WIDTHS
 from omnidraft.pairs.settings import TARGET_RUNTIMES
 from omnidraft.propose.config import DRAFT_CONFIDENCE
 from omnidraft.remote.wire import ENGINES
@@ -216,6 +216,19 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--reps", type=int, default=7, help="timed calls per width (median)")
     co.add_argument("--threads", type=int, default=None)
     co.add_argument("--json", action="store_true", help="print one JSON object")
+    be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
+                        "alternatives, interleaved, stamped and compared with the last run")
+    be.add_argument("suite", help="the suite (pair)")
+    be.add_argument("--drafter", default="smollm2-135m")
+    be.add_argument("--target", default="qwen2.5-coder-0.5b")
+    for name, n in (("code", 6), ("chat", 6), ("sharegpt", 0), ("copy", 6)):
+        be.add_argument(f"--{name}", type=int, default=n, help=f"{name} prompts (default {n})")
+    be.add_argument("--max-new-tokens", type=int, default=96)
+    be.add_argument("--threads", type=int, default=2)
+    be.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="the eager models' dtype")
+    be.add_argument("--rows", default=None, help="comma-separated rows to run (default: the suite's all)")
+    be.add_argument("--out", default="bench/results", help="where results and their history are written")
+    be.add_argument("--no-history", action="store_true", help="neither compare with nor add to the history")
     dm = sub.add_parser("daemon", help="the background fine-tuning daemon")
     dm.add_argument("action", choices=["start", "stop", "status", "pause", "resume", "run"],
                     help="run = in the foreground")

@@ -118,7 +118,7 @@ def main() -> int:
     import torch
 
     from omnidraft.device.threads import ensure_pool, program_call
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
 
     ensure_pool()
     lengths = [int(x) for x in args.lengths.split(",")]

@@ -59,7 +59,8 @@ def main() -> int:
     from omnidraft.models.lm import common_prefix, same_start
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import WIDTHS, cpu_info, measure
+    from omnidraft.device.cpu import cpu_info
+    from omnidraft.pairs.timing import WIDTHS, measure
     from omnidraft.propose.config import SpecConfig
     from omnidraft.propose.lookup import LookupConfig
     from omnidraft.translate.state import PairState

@@ -65,7 +65,8 @@ def main() -> int:
     from omnidraft.models.lm import same_start
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import cpu_info, measure
+    from omnidraft.device.cpu import cpu_info
+    from omnidraft.pairs.timing import measure
     from omnidraft.propose.config import SpecConfig
     from omnidraft.translate.state import PairState
 

@@ -69,7 +69,7 @@ def main() -> int:
     from omnidraft.decode.generate import generate_ar
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.lm import same_start
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.pairs.spec import adapter_store, pair_name
     from omnidraft.train.corpus import heldout, heldout_sharegpt
 

@@ -55,7 +55,7 @@ def main() -> int:
     import benchio
 
     from omnidraft.jobs.distill import DistillConfig, distill
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.quiet import quiet_libraries
 
     quiet_libraries()

@@ -49,7 +49,7 @@ def main() -> int:
     from omnidraft.device.runtime import ExecuTorchLM
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import local_target
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.propose.config import SpecConfig
     from omnidraft.errors import OmniDraftError
     from omnidraft.export.adapter_data import export_adapter

@@ -65,7 +65,7 @@ def export_once(model: str, role: str, setting: str, out: Path) -> dict:
 def main() -> None:
     from benchio import save, stamp_report, table
 
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.quiet import quiet_libraries
 
     quiet_libraries()

@@ -86,7 +86,7 @@ def main() -> int:
     from omnidraft import Runtime, Session, SpecConfig
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_speculative
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
 
     s = Session(args.drafter, args.target, adapter=args.version or "latest",
                 runtime=Runtime(target=args.target_runtime), log=False)

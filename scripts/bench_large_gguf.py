@@ -45,7 +45,9 @@ def main() -> int:
     from omnidraft.export.gguf_write import Shape, write_random_q4_0
     from omnidraft.home import subdir
     from omnidraft.models import catalog
-    from omnidraft.pairs.cost import CostModel, cpu_info, measure
+    from omnidraft.device.cpu import cpu_info
+    from omnidraft.pairs.cost import CostModel
+    from omnidraft.pairs.timing import measure
     from omnidraft.pairs.spec import pair_dir
 
     shape = Shape(**SHAPES[args.shape])

@@ -28,7 +28,7 @@ AUTO = "the product (auto)"
 
 def targets(session) -> list:
     """The target models a Session may run (both, where it routes generations)."""
-    return [r.target.model for r in session.routes] or [session.target_model]
+    return [r.target.model for r in session.router.routes]
 
 
 def one_token_at_a_time(lm, prompt_ids: list[int], n: int, stop: set[int]) -> tuple[list[int], list[float]]:
@@ -112,7 +112,7 @@ def main() -> int:
     from omnidraft.decode.text import encode_prompt, stop_ids
     from omnidraft.jobs.demo import copy_work
     from omnidraft.models.lm import same_start
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.pairs.runtime_choice import load, resolve
     from omnidraft.pairs.spec import pair_name
 
@@ -197,7 +197,7 @@ def main() -> int:
                                   forecast_summary={n: forecast_summary(f) for n, f in forecasts.items()})
     md = [f"{args.drafter} -> {args.target}, greedy, up to {args.max_new_tokens} new tokens (an answer ends there or at its end), prefill included, interleaved "
           f"per prompt (rotating order). CPU: {cpu_line}. `auto` runs: **{auto}** (kept by `omnidraft pair`)"
-          + (", each generation routed to the program or llama.cpp (pairs/routing.py)." if sessions[AUTO].routes
+          + (", each generation routed to the program or llama.cpp (pairs/routing.py)." if sessions[AUTO].router.routed
              else "."),
           "", "Tokens/s:", "", *benchio.table(header, table), "",
           f"Exactness of the pair on llama.cpp against llama.cpp's own one-token-at-a-time greedy output: "

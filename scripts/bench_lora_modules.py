@@ -118,7 +118,7 @@ def main() -> int:
     from omnidraft.jobs.distill import DistillConfig
     from omnidraft.models.acceptance import AcceptanceHead
     from omnidraft.models.loading import load_model
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.pairs.spec import pair_dir, pair_name
     from omnidraft.quiet import loading_quietly
     from omnidraft.train.corpus import corpus

@@ -82,7 +82,7 @@ def main() -> int:
     from omnidraft.decode.text import encode_prompt
     from omnidraft.export.layout import program_dir
     from omnidraft.models.loading import load_tokenizer
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
 
     from omnidraft.prompts import humaneval
 

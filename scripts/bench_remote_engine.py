@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.propose.config import SpecConfig
     from omnidraft.remote.llamacpp import llamacpp_server
     from omnidraft.remote.openai_api import OpenAITarget

@@ -207,7 +207,7 @@ def main() -> int:
     if not 1 <= args.conversations <= len(CONVERSATIONS) or args.max_tokens < 1 or args.clients < 0:
         p.error(f"--conversations must be 1..{len(CONVERSATIONS)}, --max-tokens >= 1, --clients >= 0")
     from omnidraft.models.loading import load_tokenizer
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
 
     say = lambda s: print(f"[bench_serve] {s}", file=sys.stderr, flush=True)  # noqa: E731
     tok = load_tokenizer(args.target)

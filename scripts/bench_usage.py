@@ -63,6 +63,8 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     """Per prompt, in an order that rotates: the session's pair, with ``alone`` its target alone
     (draft length 0, same runtime), and each baseline (baselines.py) on the same prompt; unlogged.
     {row: {kind (code / chat): sums}}; a baseline row has tokens/s only."""
+    from dataclasses import replace
+
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.lm import same_start
@@ -80,14 +82,14 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
                     n, secs = baselines[row](encode_prompt(session.target_tok, prompt, chat=chat), max_new_tokens)
                     got = [n, secs, None, None, None]
                 else:
-                    kept = session.draft_length
-                    if row == "target alone":
-                        session.draft_length = FixedK(0)
+                    kept = list(session.router.routes)
+                    if row == "target alone":  # every route's rounds without a draft
+                        session.router.routes[:] = [replace(r, draft_length=FixedK(0)) for r in kept]
                     session.new_conversation()  # copies only from this prompt: not an earlier row's answer
                     try:
                         m = session.generate(prompt, max_new_tokens=max_new_tokens, chat=chat).metrics
                     finally:
-                        session.draft_length = kept
+                        session.router.routes[:] = kept
                     got = [m["new_tokens"], m["wall_s"], m["target_forwards"], m["proposed"], m["accepted"]]
                 acc = sums.setdefault((row, kind), [0, 0.0, 0, 0, 0])
                 sums[(row, kind)] = [a + (g or 0) for a, g in zip(acc, got)] if got[2] is not None else \
@@ -221,7 +223,7 @@ def main() -> int:
     from baselines import BEST, baselines
     from omnidraft import Session
     from omnidraft.jobs.pairing import format_report, pair
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.pairs.settings import Runtime
     from omnidraft.prompts import humaneval, sharegpt
     from omnidraft.train import daemon

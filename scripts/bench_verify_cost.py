@@ -37,7 +37,7 @@ def _worker(prog: str, widths: list[int], reps: int, threads: int, mode: str) ->
     import torch  # noqa: F401 - loaded before omnidraft: MKL keeps its per-thread teams
 
     from omnidraft.device import runtime, threads as th
-    from omnidraft.pairs.cost import time_calls
+    from omnidraft.pairs.timing import time_calls
 
     th.set_program_threads(threads)
     torch.set_num_threads(threads)
@@ -97,7 +97,8 @@ def main() -> int:
     from omnidraft.export.layout import program_dir
     from omnidraft.models.catalog import ensure_gguf
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import cpu_info, time_calls
+    from omnidraft.device.cpu import cpu_info
+    from omnidraft.pairs.timing import time_calls
 
     widths = [int(w) for w in args.widths.split(",")]
     cpu = cpu_info()

@@ -85,7 +85,7 @@ def main() -> None:
     log = benchsetup.logger("vllm")
 
     from omnidraft import Session
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
 
     session = Session(args.drafter, args.target, log=False)
     alternatives = honest_alternatives(args, log)

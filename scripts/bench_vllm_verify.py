@@ -44,7 +44,7 @@ def main() -> None:
 
     from omnidraft.models.catalog import model_dir
     from omnidraft.models.loading import load_tokenizer
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.prompts import humaneval
     from omnidraft.remote.http import JsonClient
     from omnidraft.remote.id_wires import VllmWire

@@ -15,20 +15,20 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-def cpu_line(cpu: dict, threads: int) -> str:
-    """The CPU as every table states it: model, cores, flags, threads (``cpu``: pairs.cost.cpu_info())."""
-    return f"{cpu['model']}, {cpu['cores']} cores, {' '.join(cpu['flags'])}, {threads} threads"
+from omnidraft.measure.report import table  # noqa: F401  (the scripts' tables)
+from omnidraft.measure.stamp import cpu_line, git_state  # noqa: F401  (cpu_line: the CPU line every table states)
+from omnidraft.measure.tally import ratio_interval  # noqa: F401  (paired intervals)
 
 
 def stamp_report(**fields) -> dict:
-    """The fields every report carries: the command, the date, the library versions."""
+    """The fields every report carries: the command, the date, the commit measured (and whether
+    the tree had changes), the library versions."""
     import tokenizers
     import torch
     import transformers
 
     return {"command": " ".join([sys.executable] + sys.argv),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(), **git_state(),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
                          "machine": platform.machine(), "threads": torch.get_num_threads()},
@@ -65,35 +65,12 @@ class Tally:
         return round(self.tokens / self.wall, 3)
 
 
-def ratio_interval(a: Tally, b: Tally, level: float = 0.95, draws: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """A paired bootstrap interval of ``a``'s tokens/s over ``b``'s (each the ratio of sums, as
-    ``tokens_per_s``): the prompts are resampled with replacement, each keeping both rows' runs on
-    it. ``a`` and ``b`` must hold the same prompts in the same order."""
-    import numpy as np
-
-    if len(a.per_prompt) != len(b.per_prompt) or not a.per_prompt:
-        raise ValueError(f"a paired interval needs the same prompts in both rows ({len(a.per_prompt)} and "
-                         f"{len(b.per_prompt)})")
-    x, y = np.asarray(a.per_prompt, dtype=float), np.asarray(b.per_prompt, dtype=float)  # [P, 2] each
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(draws, len(x)))  # [draws, P]
-    ratios = (x[idx, 0].sum(1) / x[idx, 1].sum(1)) / (y[idx, 0].sum(1) / y[idx, 1].sum(1))  # [draws]
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(ratios, [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
 def filled(m: dict) -> dict:
     """A generation's metrics with the counts a target-alone (or draft-free) run leaves unset filled
     in: nothing proposed or accepted, one step and one target forward per new token."""
     return {**m, "proposed": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
             "steps": m.get("steps") or m["new_tokens"], "ngram_proposed": m.get("ngram_proposed") or 0,
             "target_forwards": m.get("target_forwards") or m["new_tokens"]}
-
-
-def table(header: list[str], rows) -> list[str]:
-    """A markdown table: the header, its rule, then one line per row of cells."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
 
 
 def save(out: str | Path, name: str, title: str, report: dict, md: list[str]) -> Path:

@@ -36,7 +36,7 @@ def main() -> int:
     from omnidraft.decode.text import encode_prompt
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter, local_target
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.propose.config import SpecConfig
     from omnidraft.translate.state import PairState
 

@@ -420,16 +420,16 @@ def test_the_cost_model_chooses_k_and_is_kept_for_the_next_session(home, models,
     learned from the rounds, saved in the pair's folder and reused (not re-measured)."""
     from omnidraft import Session
     from omnidraft.decode.draft_length import CostModelK, FixedK
-    from omnidraft.pairs import cost
+    from omnidraft.pairs import cost_store, timing
 
     drafter, target = models
     s = Session(drafter, target, runtime=FP32, log=False)
-    assert isinstance(s.draft_length, CostModelK) and set(s.draft_length.model.verify_ms) == set(cost.WIDTHS)
+    assert isinstance(s.draft_length, CostModelK) and set(s.draft_length.model.verify_ms) == set(timing.WIDTHS)
     s.generate(PROMPTS[0], max_new_tokens=12)  # no acceptance known yet: this generation probes
     assert s.draft_length.reached
-    saved = json.loads(s.cost_path.read_text())
+    saved = json.loads(s.route.cost.path.read_text())
     assert saved["on"]["target_runtime"] == "transformers fp32" and saved["reached"] == s.draft_length.reached
-    monkeypatch.setattr(cost, "measure", lambda *a, **k: pytest.fail("measured again"))
+    monkeypatch.setattr(cost_store, "measure", lambda *a, **k: pytest.fail("measured again"))
     again = Session(drafter, target, runtime=FP32, log=False)
     assert again.draft_length.reached == s.draft_length.reached
     assert isinstance(Session(drafter, target, runtime=FP32, log=False, k=3).draft_length, FixedK)
@@ -453,7 +453,7 @@ def test_two_sessions_of_a_pair_keep_both_their_acceptance_evidence(home, models
     for s, prompt in zip(sessions, PROMPTS):
         s.generate(prompt, max_new_tokens=12)  # no acceptance known yet: each probes
     assert all(drafted)
-    saved = json.loads(sessions[0].cost_path.read_text())
+    saved = json.loads(sessions[0].route.cost.path.read_text())
     assert saved["reached"][0] == start[0] + sum(drafted)
     assert sessions[1].draft_length.reached == saved["reached"]  # the last to save went on from the merge
     for s in sessions:

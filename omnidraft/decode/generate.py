@@ -150,14 +150,14 @@ def _finish(ids: list[int], stop: set[int], stopped: bool) -> str:
 
 def stream_ar(target: Target, tok, prompt_ids: list[int], *, max_new_tokens: int) -> Generator[str, None, Result]:
     """The target decoding alone (strategy `ar`) as a generator of text pieces; returns the Result."""
-    return texts(pieces_ar(target, tok, prompt_ids, max_new_tokens=max_new_tokens))
+    return texts(pieces_ar(target, tok, prompt_ids, budget=check_budget(prompt_ids, max_new_tokens, target)))
 
 
-def pieces_ar(target: Target, tok, prompt_ids: list[int], *, max_new_tokens: int,
+def pieces_ar(target: Target, tok, prompt_ids: list[int], *, budget: int,
               stops: StopText | None = None) -> Generator[Piece, None, Result]:
-    """``stream_ar`` as Pieces (every token the target's own), ended early where one of ``stops``
-    appears in the text."""
-    budget = check_budget(prompt_ids, max_new_tokens, target)
+    """``stream_ar`` as Pieces (every token the target's own), ``budget`` new tokens at most (checked
+    against the window by the caller: ``check_budget``), ended early where one of ``stops`` appears
+    in the text."""
     metrics = Metrics("ar")
     ids: list[int] = []
     shown: list[str] = []
@@ -172,6 +172,17 @@ def pieces_ar(target: Target, tok, prompt_ids: list[int], *, max_new_tokens: int
     text = "".join(shown) if stopped else tok.decode(ids, skip_special_tokens=True)
     summary = {**metrics.summary(), "verify": None, "lossless": True}
     return Result(text=text, token_ids=ids, metrics=summary, raw=metrics, finish_reason=_finish(ids, stop, stopped))
+
+
+def pieces_engine(engine, tok, prompt_ids: list[int], *, max_new_tokens: int) -> Generator[Piece, None, Result]:
+    """A serving engine generating on its own (``engine.stream_alone``: one streamed request): its
+    own output of the served target, so exact; nothing verified, so no training record.
+    ``metrics["engine"]`` names what produced it."""
+    alone = yield from as_pieces(engine.stream_alone(prompt_ids, max_new_tokens))
+    m = Metrics("engine", new_tokens=alone.tokens, target_forwards=alone.tokens, wall_s=alone.seconds)
+    return Result(alone.text, tok(alone.text, add_special_tokens=False).input_ids,
+                  {**m.summary(), "verify": None, "lossless": True, "engine": engine.describe()}, m,
+                  finish_reason="length" if alone.tokens >= max_new_tokens else "stop")
 
 
 def generate_ar(target: Target, tok, prompt: str, *, max_new_tokens: int = 128, chat: bool = False,
@@ -216,19 +227,21 @@ def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: S
 
     Each call runs on its own state: in-process models that can fork are forked (own KV cache,
     shared weights); a drafter program or a target in use by another generation is an error."""
-    return texts(pieces_speculative(drafter, target, pair, encode_prompt(pair.target_tok, prompt, chat=chat),
-                                    encode_prompt(pair.draft_tok, prompt, chat=chat), cfg=cfg, k=k,
-                                    max_new_tokens=max_new_tokens, record_topk=record_topk, head=head,
+    target_ids = encode_prompt(pair.target_tok, prompt, chat=chat)
+    return texts(pieces_speculative(drafter, target, pair, target_ids, encode_prompt(pair.draft_tok, prompt, chat=chat),
+                                    cfg=cfg, k=k, budget=check_budget(target_ids, max_new_tokens, target),
+                                    record_topk=record_topk, head=head,
                                     on_round=on_round, lookup=lookup, earlier=earlier))
 
 
 def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int], draft_ids: list[int], *,
-                       cfg: SpecConfig, k: DraftLength, max_new_tokens: int = 128, record_topk: int = 0,
+                       cfg: SpecConfig, k: DraftLength, budget: int, record_topk: int = 0,
                        head=None, on_round: Callable[[Round], None] | None = None,
                        lookup: LookupConfig | None = None, earlier: list[int] | None = None,
                        stops: StopText | None = None) -> Generator[Piece, None, Result]:
     """``stream_speculative`` over a prompt already encoded for both models (``target_ids``,
-    ``draft_ids``: the same text in each vocabulary), as Pieces: each round's accepted proposal
+    ``draft_ids``: the same text in each vocabulary), ``budget`` target tokens at most (checked
+    against the window by the caller: ``check_budget``), as Pieces: each round's accepted proposal
     (drafted or copied) and then its correction or bonus token (the target's own). Ends early
     where one of ``stops`` appears in the text (the round that made it is the last)."""
     sampling, mode = target.sampling, target.mode
@@ -238,7 +251,6 @@ def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int],
     shown: list[str] = []
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     with own(drafter, "drafter") as dlm, own(target, "target") as verifier:
-        budget = check_budget(target_ids, max_new_tokens, verifier)  # target tokens
         proposer = get(cfg.strategy).proposer(pair, dlm, sampling, cfg, head)
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
         stop = stop_ids(pair.target_tok, verifier.eos_ids)

@@ -154,3 +154,16 @@ class StopText:
     def flush(self) -> str:
         out, self.held = self.held, ""
         return out
+
+
+def drafter_prompt(draft_tok, target_tok, prompt: str | list[dict], target_ids: list[int], *, chat: bool) -> list[int]:
+    """The prompt in the drafter's vocabulary: text through the drafter's own chat template with
+    ``chat``; a conversation through it too, or (where the drafter's template refuses it) the
+    target's text of it (``target_ids``) tokenized by the drafter."""
+    if isinstance(prompt, str):
+        return encode_prompt(draft_tok, prompt, chat=chat)
+    try:
+        return encode_messages(draft_tok, prompt)
+    except OmniDraftError:
+        text = target_tok.decode(target_ids, skip_special_tokens=False)
+        return [int(i) for i in draft_tok(text, add_special_tokens=False)["input_ids"]]

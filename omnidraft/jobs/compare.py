@@ -2,7 +2,7 @@
 per prompt: what `omnidraft pair` calibrates with and what the demo shows. Each prompt is a
 conversation of its own; the runs on one prompt start from the same caches (models/lm.py
 same_start), in an order that alternates from prompt to prompt, so neither side always finds a
-warmed-up machine or the other's prompt in its cache.
+warmed-up machine or the other's prompt in its cache (measure/interleave.py's rotation).
 
 Knows the Session and how each baseline is run; printing is the caller's (``say``, ``show``).
 """
@@ -15,6 +15,7 @@ from typing import Callable
 
 from omnidraft.decode.generate import generate_ar
 from omnidraft.decode.text import drained, encode_prompt
+from omnidraft.measure.interleave import rotated
 from omnidraft.models.lm import same_start
 from omnidraft.pairs.llamacpp import LlamaCppAlone
 
@@ -49,13 +50,15 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say: 
         if show:
             show(f"\n>>> {' '.join(p.split())[:70]}\n")
         again = same_start(session.target_model, session.drafter) if ar else None
-        if ar and n % 2:  # the target alone first on every other prompt
-            a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens, chat=chat).metrics
-            again()
-        m = drained(session.stream(p, max_new_tokens=max_new_tokens, chat=chat), show).metrics
-        if ar and not n % 2:
-            again()
-            a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens, chat=chat).metrics
+        order = rotated(["pair", "alone"], n) if ar else ["pair"]  # the target alone first on every other prompt
+        for j, side in enumerate(order):
+            if j:
+                again()
+            if side == "pair":
+                m = drained(session.stream(p, max_new_tokens=max_new_tokens, chat=chat), show).metrics
+            else:
+                a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens,
+                                chat=chat).metrics
         row = _add_pair(tot, m, translate)
         if ar:
             tot["ar_tokens"] += a["new_tokens"]

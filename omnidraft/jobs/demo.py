@@ -50,7 +50,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     """The README's main job (see the module docstring); returns what it printed, as numbers."""
     from omnidraft.models.loading import load_model
     from omnidraft.pairs import programs
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
     from omnidraft.session import Session
     from omnidraft.train.tuning import RoundConfig, run_round
 

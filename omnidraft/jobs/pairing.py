@@ -172,7 +172,7 @@ def _reopen(session, drafter: str, target: TargetRef, runtime: str):
 def _cost_model(session) -> dict:
     dl = session.draft_length
     return {**dl.state(), "verify_ms": dl.model.verify_ms, "drafter_ms": dl.model.drafter_ms,
-            "translate_ms": dl.model.translate_ms, "on": session.cost_on}
+            "translate_ms": dl.model.translate_ms, "on": session.route.cost.on}
 
 
 def _calibrate(session, prompts: list[str], llamacpp: bool, max_new_tokens: int, calibration_s: float, say) -> dict:

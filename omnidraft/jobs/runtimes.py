@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Callable
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.pairs import cost
+from omnidraft.pairs import timing
 from omnidraft.pairs.build import local_target
+from omnidraft.pairs.cost_store import CostRecord, cost_file, write
 from omnidraft.pairs.runtime_choice import INEXACT, first_choice
 
 CANDIDATES = ("executorch", "llamacpp")
@@ -27,7 +28,7 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
     (a local one whose cost model and acceptance the session holds)."""
     dl = session.draft_length
     say(f"timing the target on {session.target_runtime} ...")  # again: a timing saved earlier may be stale
-    dl.model = dl.model.retimed(cost.measure(session.target_model, None, cost.WIDTHS, reps=cost.REPS))
+    dl.model = dl.model.retimed(timing.measure(session.target_model, None, timing.WIDTHS, reps=timing.REPS))
     dl.reestimate()
     session.save_cost()
     models = {session.target_runtime: dl.model}
@@ -40,10 +41,11 @@ def compare(session, exact: bool, say: Callable[..., None]) -> dict:
             say(f"target on {runtime}: not compared ({err.problem})")
             continue
         say(f"timing the target on {runtime} ...")
-        timed = cost.measure(lm, None, cost.WIDTHS, reps=cost.REPS)
+        timed = timing.measure(lm, None, timing.WIDTHS, reps=timing.REPS)
         models[runtime] = dl.model.retimed(timed)  # the same drafter and translation
-        on = cost.measured_on(cost.runtime_name(lm, session.runtime.dtype), cost.runtime_name(session.drafter, "fp32"))
-        cost.save(cost.cost_file(session.spec.name, on["target_runtime"]), models[runtime], dl.reached, dl.accepted, on)
+        on = timing.measured_on(timing.runtime_name(lm, session.runtime.dtype),
+                                timing.runtime_name(session.drafter, "fp32"))
+        write(cost_file(session.spec.name, on["target_runtime"]), CostRecord(models[runtime], dl.reached, dl.accepted, on))
         del lm
     rates = dl.rates()
     chosen = {runtime: model.choose(rates, dl.k_max) for runtime, model in models.items()}

@@ -16,91 +16,21 @@ catch-up (decode/draft_length.py decides with it).
 A prompt read computes the last position's logits only, so it is priced from a timed read
 (``read_ms``), not from the verify calls, whose every row pays the LM head.
 
-Measurements go through the runtimes' own ``extend``/``rollback`` (the calls verification and
-drafting make). A pair's model and the acceptance counts pairing measured are kept in
-``pairs/<pair>/cost.json`` with what they were measured on (runtimes, CPU, threads): a session
-on other runtimes or another CPU measures its own. Knows the LM protocol and /proc/cpuinfo;
-nothing about tokenizers or strategies.
+Timings come from pairs/timing.py; a pair's model is kept by pairs/cost_store.py. Knows the
+arithmetic of rounds; nothing about models, tokenizers, strategies or files.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
-from omnidraft.errors import OmniDraftError
-from omnidraft.fsio import atomic_write_json, locked
-from omnidraft.pairs.cost_merge import merge
-
-CONTEXT = 64  # tokens in the cache before a timed call (a short prompt's worth)
-# what a session times: v(1..9) for k <= 8, and the wider calls a long copy from the context is
-# verified in. Verification costs rise in steps, not lines (XNNPACK's int8 GEMMs on AVX2 take 4 rows
-# at a time: v(5) ~ v(8) ~ 1.8 v(4) on the 1.5B here), so a copy proposes only lengths whose call
-# width was measured (CostModel.copy_lengths); widths between are interpolated for the drafter only.
-WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32)
-CATCHUP = 32  # tokens in the drafter's timed catch-up call (a stretch of copied text's worth)
 MARGIN = 1.05  # speculate only when predicted >= 5% faster than the target alone (estimates err)
-REPS = 3  # timed calls per width when a session measures (the median; online acceptance does the rest)
-READ_REPS = 2  # timed prompt reads (last row only) at the widest width; prompt reads refine the price online
 ROUND_WEIGHT = 0.05  # a round's weight in the running estimates of the pace and the drafted rounds' extra
 PREFILL_WEIGHT = 0.2  # a prompt read's weight in the running estimate of prefill / its timed price
 DECODE_WEIGHT = 0.2  # a generation's weight in the running estimate of decoding time / its prediction
 # (a kind of work's first generations weigh 1/2, 1/3, 1/4 against the route's estimate it starts from)
 DECODE_MIN_TOKENS = 8  # a generation shorter than this says too little about decoding to be folded in
 
-
-def cpu_info() -> dict:
-    """This CPU's model name, the SIMD flags that decide kernel speeds, and cores."""
-    from omnidraft.device.threads import physical_cores
-
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
-    keep = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
-    return {"model": model, "flags": keep, "cores": physical_cores(),
-            "native_bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16"))}
-
-
-def time_calls(lm, width: int, reps: int = 7, context: int = CONTEXT, warmup: bool = True,
-               last_only: bool | None = None) -> float:
-    """Median ms of ``reps`` calls of ``lm.extend`` of ``width`` tokens after ``context`` cached
-    tokens, rolled back after each call (the cache holds the same state for every call), after
-    one untimed call with ``warmup`` (an LM's first calls; once it is warm, the median leaves out
-    a first call at a new width). The context is synced, not read anew: timing several widths
-    reads it once (on llama.cpp a 64-token read costs ~1.5 s per width on an AVX2-only EPYC).
-    ``last_only``: logits for the last row only (a prompt read); None: every row where ``lm``
-    verifies (a target), the last row only for a drafter program."""
-    if context + width > lm.max_length:
-        raise OmniDraftError(f"{lm.name}: {context + width} tokens exceed its context of {lm.max_length}")
-    vocab = lm.vocab_size
-    base = [(100 + i * 37) % vocab for i in range(context)]
-    lm.sync(base)
-    ids = [(500 + i) % vocab for i in range(width)]
-    last_only = not _all_rows(lm) if last_only is None else last_only  # a drafter program: the last row only
-    times = []
-    for _ in range(reps + warmup):
-        t0 = time.perf_counter()
-        lm.extend(ids, last_only=last_only)
-        times.append((time.perf_counter() - t0) * 1e3)
-        lm.rollback(width)
-    return statistics.median(times[int(warmup):])
-
-
-def _all_rows(lm) -> bool:
-    """Whether ``lm`` returns every position's logits (what a verifying target must)."""
-    info = getattr(lm, "info", None)
-    return info is None or info.role == "target"
 
 
 @dataclass
@@ -285,123 +215,3 @@ class CostModel:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def runtime_name(lm, eager_dtype: str) -> str:
-    """``executorch <quant>`` for a program, ``llama.cpp <model and weight type>`` for a GGUF on
-    llama.cpp, ``transformers <dtype>`` for an eager model."""
-    info = getattr(lm, "info", None)
-    if info is not None:
-        return f"executorch {info.config['quant']}"
-    return getattr(lm, "runtime", None) or f"transformers {eager_dtype}"
-
-
-def measured_on(target_runtime: str, drafter_runtime: str) -> dict:
-    """What a cost model is only valid for: both runtimes, this CPU and the thread count."""
-    import torch
-
-    return {"target_runtime": target_runtime, "drafter_runtime": drafter_runtime,
-            "cpu": cpu_info()["model"], "threads": torch.get_num_threads()}
-
-
-def record(model: CostModel, reached: list[float], accepted: list[float], on: dict) -> dict:
-    """What a cost file holds, as its JSON reads back."""
-    return json.loads(json.dumps({"model": model.to_dict(), "reached": reached, "accepted": accepted, "on": on}))
-
-
-def save(path: Path, model: CostModel, reached: list[float], accepted: list[float], on: dict) -> None:
-    """Keep the pair's cost model with the per-position acceptance counts behind its choice."""
-    write(path, record(model, reached, accepted, on))
-
-
-def write(path: Path, mine: dict, base: dict | None = None) -> dict:
-    """Keep the cost record ``mine``. With ``base`` (the record this process last read or wrote
-    there), what it learnt since is merged into what another Session wrote since
-    (pairs/cost_merge.py). Returns the record written: ``mine`` itself where nothing was merged."""
-    with locked(path):
-        theirs = _read(path)
-        if base is not None and theirs is not None and theirs.get("on") == mine["on"] and theirs != base:
-            try:
-                merged = merge(base, mine, theirs)
-                parse(merged)  # what the next load reads
-                mine = merged
-            except (KeyError, TypeError, ValueError, AttributeError):  # a damaged file: this record replaces it
-                pass
-        atomic_write_json(path, mine)
-    return mine
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def load(path: Path, on: dict) -> tuple[CostModel, list[float], list[float]] | None:
-    """(model, reached, accepted) saved for the same runtimes, CPU and threads, else None."""
-    data = _read(path)
-    return None if data is None or data.get("on") != on else parse(data)
-
-
-def parse(data: dict) -> tuple[CostModel, list[float], list[float]]:
-    """(model, reached, accepted) of a cost file's record."""
-    m = data["model"]
-    model = CostModel(verify_ms={int(w): float(ms) for w, ms in m["verify_ms"].items()},
-                      drafter_ms=float(m["drafter_ms"]), translate_ms=float(m.get("translate_ms", 0.0)),
-                      catchup_ms=float(m.get("catchup_ms", 0.0)), read_ms=float(m.get("read_ms", 0.0)),
-                      drafted_extra_ms=float(m.get("drafted_extra_ms", 0.0)), pace=float(m.get("pace", 1.0)),
-                      prefill_scale=float(m.get("prefill_scale", 1.0)),
-                      decode_scale=float(m.get("decode_scale", 1.0)),
-                      decode_scales={k: [float(v[0]), int(v[1])] for k, v in m.get("decode_scales", {}).items()})
-    return model, data.get("reached", []), data.get("accepted", [])
-
-
-def cost_file(pair_name: str, target_runtime: str) -> Path:
-    """Where a pair's cost model on ``target_runtime`` (runtime_name) is kept: a llama.cpp target's
-    in cost-llamacpp.json, beside the program's (or PyTorch's) cost.json, so a pair keeps both."""
-    from omnidraft.pairs.spec import pair_dir
-
-    return pair_dir(pair_name) / ("cost-llamacpp.json" if target_runtime.startswith("llama.cpp") else "cost.json")
-
-
-def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None):
-    """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
-    the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
-    few seconds) and kept; a model saved without every width of WIDTHS or without a timed prompt
-    read is measured again, its acceptance counts kept. A llama.cpp target keeps its own file
-    beside the program's (cost.json), so a pair measured on both keeps both. Returns
-    (draft_length, path, what it was measured on)."""
-    from omnidraft.decode.draft_length import CostModelK
-
-    on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
-    path = cost_file(pair_name, runtime_name(target, eager_dtype))
-    saved = load(path, on)
-    if saved is None or not set(WIDTHS) <= set(saved[0].verify_ms) or not saved[0].read_ms:
-        reached, accepted = saved[1:] if saved else ([], [])
-        saved = (measure(target, drafter, WIDTHS, reps=REPS, progress=progress), reached, accepted)
-        save(path, *saved, on)
-    return CostModelK(saved[0], saved[1], saved[2]), path, on
-
-
-def measure(target, drafter=None, widths: tuple[int, ...] = WIDTHS, reps: int = 7,
-            progress=None) -> CostModel:
-    """Time ``target`` (an LM) at each width and reading a prompt at the widest (the last row's
-    logits only), and ``drafter`` (an LM) per token, one at a time and reading CATCHUP tokens in
-    one call."""
-    verify = {}
-    for i, w in enumerate(widths):
-        verify[w] = round(time_calls(target, w, reps, warmup=i == 0), 3)
-        if progress:
-            progress(f"verify width {w}: {verify[w]:.1f} ms")
-    widest = max(widths)
-    read_ms = round(time_calls(target, widest, min(reps, READ_REPS), warmup=False, last_only=True) / widest, 3)
-    if progress:
-        progress(f"prompt read: {read_ms:.2f} ms per id, {widest} at a time")
-    if drafter is None:
-        return CostModel(verify_ms=verify, drafter_ms=0.0, read_ms=read_ms)
-    drafter_ms = round(time_calls(drafter, 1, reps), 3)
-    catchup_ms = round(time_calls(drafter, CATCHUP, reps, warmup=False) / CATCHUP, 3)
-    if progress:
-        progress(f"drafter: {drafter_ms:.1f} ms per token, {catchup_ms:.2f} ms per token read {CATCHUP} at a time")
-    return CostModel(verify_ms=verify, drafter_ms=drafter_ms, catchup_ms=catchup_ms, read_ms=read_ms)

@@ -1,8 +1,8 @@
 """Two Sessions of one pair (an app's and the CLI's, two processes, two routes' files) keep one
 cost file: each saves what it learnt since it last read or wrote the file (``base``) on top of what
 the file holds now (``theirs``), so neither wipes out the other's acceptance counts and learnt
-prices. A three-way merge of saved records ({"model", "reached", "accepted", "on"}, pairs/cost.py
-``record``):
+prices. A three-way merge of saved records ({"model", "reached", "accepted", "on"}, pairs/cost_store.py
+``CostRecord``):
 
 - acceptance counts (per position, reached and accepted): the file's plus this Session's increase
   since ``base`` (never below 0: a count this Session halved as its evidence faded gives back at

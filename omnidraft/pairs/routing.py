@@ -21,28 +21,31 @@ otherwise never be corrected. Ties go to the bit-exact program. Every runtime's 
 holding the chat template's preamble (``warm``): otherwise a runtime never chosen yet would be
 priced for the system prompt the other already holds, and never be chosen for chat.
 
-Knows cost models and LM caches; nothing about decoding, tokenizers or the Session.
+Knows cost models, Targets and LM caches; nothing about decoding, tokenizers or the Session.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
+from omnidraft.decode.target import LocalTarget
 from omnidraft.models.lm import common_prefix, sync
 from omnidraft.pairs.cost import DECODE_MIN_TOKENS
+from omnidraft.pairs.cost_store import CostFile
 
 
-@dataclass
+@dataclass(frozen=True)
 class Route:
-    """One target runtime as a Session runs it: its Target, its draft length (a CostModelK) and
-    where that cost model is kept."""
+    """Where a Session's generation runs: the target's runtime (executorch, llamacpp, eager,
+    remote), its Target, the draft length the pair decodes with there (a CostModelK, or fixed) and
+    the file that cost model is kept in (None: nothing to keep). ``alone``: the serving engine
+    generating alone (nothing drafted, verified or logged; pairs/router.py hands generations to it)."""
 
     runtime: str
-    target: object  # decode/target.py LocalTarget
-    draft_length: object  # decode/draft_length.py CostModelK
-    cost_path: Path
-    cost_on: dict
+    target: object  # decode/target.py Target
+    draft_length: object  # decode/draft_length.py DraftLength
+    cost: CostFile | None = None
+    alone: bool = False
 
 
 PASTED = 48  # ids past the chat preamble from which a turn counts as carrying text to work on
@@ -67,6 +70,15 @@ def warm(models: list, preamble: list[int]) -> None:
     for m in models:
         if preamble and m.tokens[:len(preamble)] != preamble:
             sync(m, preamble)
+
+
+def cached(route: Route, prompt_ids: list[int]) -> int:
+    """Prompt ids ``route``'s target cache holds already (none where each generation forks a fresh
+    cache, or for a server)."""
+    m = route.target.model if isinstance(route.target, LocalTarget) else None
+    if m is None or callable(getattr(m, "fork", None)):
+        return 0
+    return min(common_prefix(m.tokens, prompt_ids), len(prompt_ids) - 1)
 
 
 def forecast(route: Route, prompt_ids: list[int], work: str = "") -> dict[str, float]:

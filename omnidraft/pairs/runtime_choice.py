@@ -32,7 +32,7 @@ def machine() -> dict:
     """What a choice holds for: this CPU and torch's thread count (the programs' and llama.cpp's)."""
     import torch
 
-    from omnidraft.pairs.cost import cpu_info
+    from omnidraft.device.cpu import cpu_info
 
     return {"cpu": cpu_info()["model"], "threads": torch.get_num_threads()}
 

@@ -30,7 +30,6 @@ omnidraft/vllm/streams.py's.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 from pathlib import Path
@@ -40,7 +39,9 @@ from omnidraft.decode.speculator import Speculator
 from omnidraft.fsio import atomic_write_json
 from omnidraft.models.catalog import CATALOG
 from omnidraft.models.lm import LM
-from omnidraft.pairs.cost import CATCHUP, WIDTHS, CostModel, time_calls
+from omnidraft.pairs.cost import CostModel
+from omnidraft.pairs.cost_store import read
+from omnidraft.pairs.timing import CATCHUP, WIDTHS, time_calls
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, pair_dir, save_spec
 from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
 from omnidraft.propose.lookup import ContextIndex, LookupConfig
@@ -184,11 +185,6 @@ def cost_model(lm: LM, k_max: int, saved: Path) -> CostModelK:
     model = CostModel(verify_ms={w: PRIOR_STEP_MS * StepTimes.shape(w) for w in widths},
                       drafter_ms=round(time_calls(lm, 1, 5), 3),
                       catchup_ms=round(time_calls(lm, CATCHUP, 3, warmup=False) / CATCHUP, 3))
-    reached, accepted = [], []
-    try:
-        data = json.loads(saved.read_text())
-        reached, accepted = data.get("reached", []), data.get("accepted", [])
-    except (OSError, ValueError, AttributeError):
-        pass
+    kept = read(saved)
     lm.reset()
-    return CostModelK(model, reached, accepted, k_max=max(1, min(K_MAX, k_max)))
+    return CostModelK(model, kept.reached if kept else [], kept.accepted if kept else [], k_max=max(1, min(K_MAX, k_max)))

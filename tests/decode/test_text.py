@@ -51,7 +51,7 @@ def test_streamed_pieces_say_their_source_and_add_up_to_the_text(cross):
     prompt = "a = b\nb = a\na = b\nb = a\na ="
     gen = pieces_speculative(d, LocalTarget(t), pair, encode_prompt(pair.target_tok, prompt, chat=False),
                              encode_prompt(pair.draft_tok, prompt, chat=False), cfg=SpecConfig("omnidraft"),
-                             k=FixedK(3), max_new_tokens=30, lookup=LookupConfig())
+                             k=FixedK(3), budget=30, lookup=LookupConfig())
     pieces = []
     while True:
         try:

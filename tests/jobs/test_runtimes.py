@@ -27,7 +27,7 @@ def test_the_sessions_own_runtime_is_timed_again_and_saved(tmp_path, monkeypatch
     assert dl.model.verify_ms[1] < 1e5 and out["one_token_ms"]["eager"] == dl.model.verify_ms[1]
     assert dl.state()["predicted_tokens_per_s"] > 1.0  # chosen again on the new timing (1e6 ms: 0.001)
     assert dl.model.pace == 1.0  # a pace against the old timing says nothing about the new one
-    saved = json.loads(s.cost_path.read_text())["model"]["verify_ms"]
+    saved = json.loads(s.route.cost.path.read_text())["model"]["verify_ms"]
     assert float(saved["1"]) == dl.model.verify_ms[1]
     assert out["chosen"] == "eager" and any("timing the target on eager" in line for line in lines)
     s.close()

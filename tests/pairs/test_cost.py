@@ -1,11 +1,15 @@
 """The cost model (pairs/cost.py): expected tokens per round, the choice of k (0 when no draft
-length beats plain decoding), v(n) between measured widths, and timing through an LM's own
-extend/rollback without disturbing its cache."""
+length beats plain decoding), v(n) between measured widths; timing through an LM's own
+extend/rollback without disturbing its cache (pairs/timing.py); and where it is kept
+(pairs/cost_store.py)."""
 
 import pytest
 
 from omnidraft.cli import main
-from omnidraft.pairs.cost import CostModel, cpu_info, load, save, time_calls
+from omnidraft.device.cpu import cpu_info
+from omnidraft.pairs.cost import CostModel
+from omnidraft.pairs.cost_store import CostRecord, load, write
+from omnidraft.pairs.timing import time_calls
 
 from ..conftest import tiny
 
@@ -107,8 +111,8 @@ def test_each_kind_of_work_learns_its_own_decoding_from_the_route_estimate_it_st
     assert m.decode_scale_for("completion") == pytest.approx(1.0)  # untouched by the edits
     assert m.decode_scale_for("chat") == m.decode_scale == pytest.approx(0.8 * 0.9 + 0.2 * 0.5)
     path = tmp_path / "cost.json"
-    save(path, m, [], [], {"cpu": "x"})
-    assert load(path, {"cpu": "x"})[0].decode_scales == m.decode_scales  # kept with the cost model
+    write(path, CostRecord(m, [], [], {"cpu": "x"}))
+    assert load(path, {"cpu": "x"}).model.decode_scales == m.decode_scales  # kept with the cost model
 
 
 def test_a_prompt_read_is_priced_from_the_timed_read_not_the_verify_calls():
@@ -140,7 +144,7 @@ def test_timing_leaves_the_cache_as_it_was():
 
 def test_timing_several_widths_reads_the_context_once_and_warms_up_once():
     from omnidraft.models.eager import CausalLM
-    from omnidraft.pairs.cost import measure
+    from omnidraft.pairs.timing import measure
 
     lm = CausalLM(tiny("llama", 300))
     fed = []
@@ -168,17 +172,18 @@ def test_cost_command_rejects_bad_widths(capsys):
 
 
 def test_a_pairs_cost_model_is_kept_only_for_what_it_was_measured_on(tmp_path):
-    from omnidraft.pairs import cost
-
     m = CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0, translate_ms=0.5, drafted_extra_ms=3.0, pace=1.1,
-                  prefill_scale=0.7)
+                  prefill_scale=0.7, decode_scales={"chat": [0.8, 3]})
     on = {"target_runtime": "executorch 8da8w", "drafter_runtime": "executorch 8da8w", "cpu": "X", "threads": 2}
-    cost.save(tmp_path / "cost.json", m, [10.0, 5.0], [8.0, 2.5], on)
-    got, reached, accepted = cost.load(tmp_path / "cost.json", on)
-    assert got == m and reached == [10.0, 5.0] and accepted == [8.0, 2.5]
-    assert cost.load(tmp_path / "cost.json", {**on, "cpu": "Y"}) is None  # another machine measures its own
-    assert cost.load(tmp_path / "cost.json", {**on, "target_runtime": "transformers bf16"}) is None
-    assert cost.load(tmp_path / "missing.json", on) is None
+    write(tmp_path / "cost.json", CostRecord(m, [10.0, 5.0], [8.0, 2.5], on))
+    got = load(tmp_path / "cost.json", on)
+    assert got == CostRecord(m, [10.0, 5.0], [8.0, 2.5], on)
+    assert load(tmp_path / "cost.json", {**on, "cpu": "Y"}) is None  # another machine measures its own
+    assert load(tmp_path / "cost.json", {**on, "target_runtime": "transformers bf16"}) is None
+    assert load(tmp_path / "missing.json", on) is None
+    # a file an older version kept, without the fields learnt since: read with their defaults
+    (tmp_path / "old.json").write_text('{"model": {"verify_ms": {"1": 9.0}, "drafter_ms": 2.0}, "on": {"cpu": "X"}}')
+    assert load(tmp_path / "old.json", {"cpu": "X"}) == CostRecord(CostModel({1: 9.0}, 2.0), [], [], {"cpu": "X"})
 
 
 def test_copies_are_only_as_long_as_a_measured_width():
@@ -190,21 +195,25 @@ def test_copies_are_only_as_long_as_a_measured_width():
 
 
 def test_a_saved_model_without_every_width_or_a_read_is_measured_again_with_its_counts_kept(tmp_path, monkeypatch):
-    from omnidraft.pairs import cost, spec
+    from omnidraft.pairs import cost_store, spec
+    from omnidraft.pairs.timing import WIDTHS
 
+    on = {"cpu": "X", "target_runtime": "r"}
     monkeypatch.setattr(spec, "pair_dir", lambda name: tmp_path)
-    monkeypatch.setattr(cost, "measured_on", lambda *a: {"cpu": "X"})
-    monkeypatch.setattr(cost, "runtime_name", lambda *a: "r")
-    cost.save(tmp_path / "cost.json", CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0), [10.0], [8.0], {"cpu": "X"})
-    timed = CostModel({w: 10.0 + w for w in cost.WIDTHS}, drafter_ms=2.0, read_ms=0.5)
-    monkeypatch.setattr(cost, "measure", lambda *a, **kw: timed)
-    dl, path, _ = cost.for_pair("p", None, None, "fp32")
+    monkeypatch.setattr(cost_store, "measured_on", lambda *a: on)
+    monkeypatch.setattr(cost_store, "runtime_name", lambda *a: "r")
+    write(tmp_path / "cost.json", CostRecord(CostModel({1: 10.0, 4: 12.0}, drafter_ms=2.0), [10.0], [8.0], on))
+    timed = CostModel({w: 10.0 + w for w in WIDTHS}, drafter_ms=2.0, read_ms=0.5)
+    monkeypatch.setattr(cost_store, "measure", lambda *a, **kw: timed)
+    dl, kept = cost_store.for_pair("p", None, None, "fp32")
     assert dl.model == timed and dl.reached == [10.0] and dl.accepted == [8.0]
-    assert cost.load(path, {"cpu": "X"})[0] == timed  # kept for the next session
+    assert load(kept.path, on).model == timed  # kept for the next session
+    dl.model.pace = 2.0  # learning after the load does not move the record the Session merges from
+    assert kept.base.model == timed
     # every width but no timed prompt read (saved before reads were timed): measured again too
-    cost.save(path, CostModel(dict(timed.verify_ms), drafter_ms=2.0), [10.0], [8.0], {"cpu": "X"})
-    assert cost.for_pair("p", None, None, "fp32")[0].model == timed
-    assert cost.load(path, {"cpu": "X"})[0] == timed
+    write(kept.path, CostRecord(CostModel(dict(timed.verify_ms), drafter_ms=2.0), [10.0], [8.0], on))
+    assert cost_store.for_pair("p", None, None, "fp32")[0].model == timed
+    assert load(kept.path, on).model == timed
 
 
 def test_stop_thresholds_price_drafting_on_against_its_cost():

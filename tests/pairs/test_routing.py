@@ -11,6 +11,7 @@ from omnidraft.decode.draft_length import CostModelK
 from omnidraft.decode.generate import generate_ar
 from omnidraft.decode.target import LocalTarget
 from omnidraft.pairs.cost import CostModel
+from omnidraft.pairs.cost_store import CostFile
 from omnidraft.pairs.routing import Route, choose, forecast, kind, observe, warm
 from omnidraft.pairs.settings import Runtime
 
@@ -33,7 +34,7 @@ class Cache:  # an LM's cache and window as routing reads and fills them
 
 
 def route(name: str, model: CostModel, cached=()) -> Route:
-    return Route(name, LocalTarget(Cache(cached)), CostModelK(copy.deepcopy(model)), None, {})
+    return Route(name, LocalTarget(Cache(cached)), CostModelK(copy.deepcopy(model)))
 
 
 def test_a_long_prompt_goes_to_the_cheap_wide_calls_and_a_short_one_to_the_fast_decoder():
@@ -71,10 +72,10 @@ def test_a_runtime_not_chosen_yet_is_not_priced_for_the_preamble_the_other_holds
 
 
 def test_only_a_window_that_holds_the_prompt_and_budget_is_chosen():
-    program = Route("executorch", LocalTarget(Cache(max_length=256)), CostModelK(copy.deepcopy(PROGRAM)), None, {})
+    program = Route("executorch", LocalTarget(Cache(max_length=256)), CostModelK(copy.deepcopy(PROGRAM)))
     llama = route("llamacpp", LLAMACPP)
     assert choose([program, llama], list(range(300)), 64)[0] is llama  # the program's 256 cannot hold it
-    narrow = Route("llamacpp", LocalTarget(Cache(max_length=128)), CostModelK(copy.deepcopy(LLAMACPP)), None, {})
+    narrow = Route("llamacpp", LocalTarget(Cache(max_length=128)), CostModelK(copy.deepcopy(LLAMACPP)))
     assert choose([program, narrow], list(range(300)), 64)[0] is program  # neither: the widest window
 
 
@@ -145,8 +146,9 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
     s = Session(str(drafter), str(target), runtime=Runtime(dtype="fp32"), log=False)
     # two runtimes over the same weights, priced like the program and llama.cpp above
     second = LocalTarget(copy.deepcopy(s.target.model), s.sampling, s.verify)
-    s.routes = [Route("executorch", s.target, CostModelK(copy.deepcopy(PROGRAM)), tmp_path / "p.json", {}),
-                Route("llamacpp", second, CostModelK(copy.deepcopy(LLAMACPP)), tmp_path / "l.json", {})]
+    s.router.routes = [
+        Route("executorch", s.target, CostModelK(copy.deepcopy(PROGRAM)), CostFile(tmp_path / "p.json", {})),
+        Route("llamacpp", second, CostModelK(copy.deepcopy(LLAMACPP)), CostFile(tmp_path / "l.json", {}))]
     ref = LocalTarget(copy.deepcopy(s.target.model))
     short, long = "Hi", "def add(a, b):\n    " * 40
     # the third: both routes have learnt from this machine's timing of the same tiny model (a near
@@ -163,10 +165,10 @@ def test_a_session_routing_generations_keeps_each_the_targets_output(tmp_path, m
                                                                      abs=0.2)
         assert got.token_ids == generate_ar(ref, s.target_tok, prompt, max_new_tokens=16).token_ids
     assert (tmp_path / "l.json").is_file() and (tmp_path / "p.json").is_file()  # each runtime's costs kept
-    for r in s.routes:  # each learnt from its prompt reads and decoding, and kept them
+    for r in s.router.routes:  # each learnt from its prompt reads and decoding, and kept them
         m = r.draft_length.model
         assert m.prefill_scale != 1.0 and m.decode_scale != 1.0 and set(m.decode_scales) == {"completion"}
-        assert json.loads(r.cost_path.read_text())["model"]["decode_scale"] == pytest.approx(m.decode_scale)
+        assert json.loads(r.cost.path.read_text())["model"]["decode_scale"] == pytest.approx(m.decode_scale)
     s.close()
 
 

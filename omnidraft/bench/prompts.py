@@ -1,0 +1,32 @@
+"""The prompt sets suites run on, each held out of every training corpus: ``code`` (HumanEval
+completions), ``chat`` (English chat questions), ``sharegpt`` (real users' first turns) and
+``copy`` (single-turn copy-heavy assistant work: code edits, quotes from a passage, rewrites).
+
+Knows the package's prompt lists; nothing about rows.
+"""
+
+from __future__ import annotations
+
+from omnidraft.bench.rows import Prompt
+
+SETS = ("code", "chat", "sharegpt", "copy")
+
+
+def prompt_sets(counts: dict[str, int]) -> list[Prompt]:
+    """The first ``counts[set]`` prompts of each set named, code and chat interleaved with the
+    others in SETS order; each prompt's seed is its position (for sampled rows)."""
+    from omnidraft.copy_prompts import copy_prompts
+    from omnidraft.train.corpus import heldout, heldout_sharegpt
+
+    unknown = sorted(set(counts) - set(SETS))
+    if unknown:
+        from omnidraft.errors import OmniDraftError
+
+        raise OmniDraftError(f"unknown prompt set {unknown[0]!r}", f"use {', '.join(SETS)}")
+    out = []
+    plain = heldout(code=counts.get("code", 0), chat=counts.get("chat", 0))
+    out += [("code" if not chat else "chat", text, chat) for text, chat in plain]
+    out += [("sharegpt", text, True) for text in heldout_sharegpt(counts.get("sharegpt", 0))]
+    singles = [turns[0] for turns in copy_prompts() if len(turns) == 1]
+    out += [("copy", text, True) for text in singles[: counts.get("copy", 0)]]
+    return [Prompt(kind, text, chat, seed=1000 + i) for i, (kind, text, chat) in enumerate(out)]

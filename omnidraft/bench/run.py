@@ -1,0 +1,86 @@
+"""Running a suite: its rows on its prompts, interleaved with rotation (measure/interleave.py),
+tallied per prompt set and overall (measure/tally.py), with each row's tokens/s against the
+reference row's on the same prompts (a paired 95% interval) and its output equal to the
+reference's counted; stamped (measure/stamp.py), written and compared with the last comparable
+run (measure/report.py).
+
+Knows suites and the measure package; nothing about what a row runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from omnidraft.bench.prompts import prompt_sets
+from omnidraft.bench.suites import Options, Suite
+from omnidraft.measure import report
+from omnidraft.measure.interleave import interleaved
+from omnidraft.measure.stamp import stamp
+from omnidraft.measure.tally import Tally, ratio_interval
+
+
+def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results", keep: bool = True,
+              log: Callable[[str], None] = lambda s: None) -> dict:
+    """Run ``suite`` with ``opts``; returns the result (also written under ``out``)."""
+    from omnidraft.device.threads import set_threads
+
+    set_threads(opts.threads)
+    built = suite.build(opts, log)  # key -> Row
+    rows = list(built.values())
+    names = {r.name: r for r in rows}
+    reference = built[suite.reference].name if suite.reference in built else None
+    prompts = prompt_sets(opts.counts)
+    runs: dict[tuple[int, str], object] = {}
+    for i, prompt, row, got in interleaved(prompts, rows, lambda r, p: r.run(p, opts.max_new_tokens)):
+        runs[i, row.name] = got
+        log(f"{prompt.set} {i + 1}/{len(prompts)} {row.name}: {got.tokens / max(got.seconds, 1e-9):.1f} tokens/s")
+    groups = {"all": range(len(prompts))} | {s: [i for i, p in enumerate(prompts) if p.set == s]
+                                             for s in dict.fromkeys(p.set for p in prompts)}
+    by_set = {g: _tallies(idx, names, runs, reference) for g, idx in groups.items()}
+    result = stamp(suite.name, opts.threads, question=suite.question, options=opts.as_json(), reference=reference,
+                   rows={n: _summary(t, by_set["all"], reference, n) for n, t in by_set["all"].items()},
+                   sets={g: {n: _summary(t, ts, reference, n) for n, t in ts.items()}
+                         for g, ts in by_set.items() if g != "all"})
+    report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
+    return result
+
+
+def _tallies(idx, names: dict, runs: dict, reference: str | None) -> dict[str, Tally]:
+    out = {}
+    for name in names:
+        t = out[name] = Tally()
+        for i in idx:
+            got = runs[i, name]
+            ref = runs.get((i, reference)) if reference else None
+            equal = got.ids is not None and ref is not None and ref.ids is not None and got.ids == ref.ids
+            t.add(got.tokens, got.seconds, drafted=got.figures.get("drafted", 0),
+                  accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"), equal=equal)
+    return out
+
+
+def _summary(t: Tally, tallies: dict[str, Tally], reference: str | None, name: str) -> dict:
+    out = t.summary()
+    if reference and name != reference and t.prompts:
+        ref = tallies[reference]
+        out["vs_reference"] = round(t.tokens_per_s() / max(ref.tokens_per_s(), 1e-9), 3)
+        out["vs_reference_95"] = [round(x, 3) for x in ratio_interval(t, ref)] if t.prompts > 1 else None
+    return out
+
+
+def _markdown(result: dict) -> list[str]:
+    ref = result["reference"]
+    lines = [result["question"], "",
+             f"Rows interleaved per prompt with rotation; ratios to {ref or 'none'} on the same prompts (paired "
+             f"95% bootstrap interval); greedy output equal to {ref or 'none'}'s counted.", ""]
+    cells = []
+    for group, rows in [("all", result["rows"]), *result["sets"].items()]:
+        for name, s in rows.items():
+            ratio = "-" if "vs_reference" not in s else f"{s['vs_reference']:.2f}x" + (
+                f" [{s['vs_reference_95'][0]:.2f}, {s['vs_reference_95'][1]:.2f}]" if s.get("vs_reference_95") else "")
+            acc = "-" if s["acceptance"] is None else f"{s['acceptance']:.3f} ({s['accepted']}/{s['drafted']})"
+            equal = "-" if name == ref or not ref else f"{s['equal']}/{s['prompts']}"
+            cells.append([group, name, s["prompts"], f"{s['tokens_per_s']:.2f}", ratio, acc, s["tokens_per_forward"],
+                          equal])
+    return lines + report.table(["set", "row", "prompts", "tokens/s", "vs " + (ref or "-"), "accepted / drafted",
+                                 "tokens per target forward", f"equal to {ref or '-'}"], cells)

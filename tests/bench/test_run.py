@@ -1,0 +1,59 @@
+"""`omnidraft bench` end to end on tiny models (omnidraft/bench/): the product through Session and
+the target alone, interleaved, their greedy outputs equal, the result stamped with its commit,
+written as JSON and markdown, and a second run compared with the first."""
+
+import json
+
+import pytest
+
+from omnidraft.bench.run import run_suite
+from omnidraft.bench.suites import Options, suite
+from omnidraft.cli import main
+from omnidraft.errors import OmniDraftError
+
+from ..conftest import save_tiny, tiny, vocab_len
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, smollm_tok, qwen_tok):
+    d = tmp_path_factory.mktemp("models")
+    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, d / "drafter")
+    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, d / "target")
+    return str(drafter), str(target)
+
+
+def test_a_suite_runs_the_product_beside_the_target_alone_and_compares_with_its_last_run(tmp_path, monkeypatch,
+                                                                                         models):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter, target = models
+    opts = Options(drafter, target, {"code": 2, "copy": 1}, max_new_tokens=8, dtype="fp32", rows=("product", "target"))
+    out = tmp_path / "results"
+    first = run_suite(suite("pair"), opts, out=out)
+    assert set(first["rows"]) == {"omnidraft pair", "target alone (eager)"}
+    pair = first["rows"]["omnidraft pair"]
+    assert pair["prompts"] == 3 and pair["equal"] == 3  # greedy, fp32: the target's own output
+    assert pair["vs_reference"] > 0 and first["reference"] == "target alone (eager)"
+    assert set(first["sets"]) == {"code", "copy"} and first["sets"]["code"]["omnidraft pair"]["prompts"] == 2
+    assert first["commit"] and len(first["commit"]) == 40 and first["cpu"]["line"].endswith("2 threads")
+    md = sorted(out.glob("bench-pair-*.md"))[-1].read_text()
+    assert "First run of this suite" in md and first["cpu"]["line"] in md and first["commit"][:12] in md
+    run_suite(suite("pair"), opts, out=out)
+    assert len((out / "history.jsonl").read_text().splitlines()) == 2
+    md = sorted(out.glob("bench-pair-*.md"), key=lambda p: p.stat().st_mtime)[-1].read_text()
+    assert "Against the last run" in md and "- omnidraft pair:" in md
+    saved = json.loads(sorted(out.glob("bench-pair-*.json"), key=lambda p: p.stat().st_mtime)[-1].read_text())
+    assert len(saved["rows"]["omnidraft pair"]["per_prompt"]) == 3
+
+
+def test_bad_options_are_one_line_errors(capsys):
+    with pytest.raises(OmniDraftError, match="unknown prompt set 'poems'"):
+        Options(counts={"poems": 2})
+    with pytest.raises(OmniDraftError, match="no prompts"):
+        Options(counts={"code": 0})
+    with pytest.raises(OmniDraftError, match="unknown benchmark suite"):
+        suite("nope")
+    assert main(["bench", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown benchmark suite 'nope'" in err[0]
+    assert main(["bench", "pair", "--max-new-tokens", "0"]) == 2
+    assert "max_new_tokens must be >= 1" in capsys.readouterr().err

@@ -1,0 +1,31 @@
+"""Tallies and the paired interval (measure/tally.py)."""
+
+import pytest
+
+from omnidraft.measure.tally import Tally, ratio_interval
+
+
+def test_a_tally_sums_runs_and_fills_what_a_draft_free_run_leaves_unset():
+    t = Tally()
+    t.add(10, 1.0, drafted=6, accepted=3, forwards=7, equal=True)
+    t.add_metrics({"new_tokens": 20, "wall_s": 1.0, "proposed": None, "accepted": None, "target_forwards": None})
+    assert (t.tokens, t.wall, t.drafted, t.accepted, t.forwards, t.equal, t.prompts) == (30, 2.0, 6, 3, 27, 1, 2)
+    assert t.tokens_per_s() == 15.0 and t.acceptance() == 0.5 and t.tokens_per_forward() == pytest.approx(30 / 27)
+    assert Tally().acceptance() is None and Tally().tokens_per_s() == 0.0
+    assert t.summary()["per_prompt"] == [[10, 1.0], [20, 1.0]]
+
+
+def test_the_paired_interval_holds_the_ratio_and_narrows_when_prompts_agree():
+    a, b, c = Tally(), Tally(), Tally()
+    for n, s in [(10, 1.0), (40, 2.0), (20, 1.5), (30, 1.0)]:
+        a.add(n, s / 2)  # twice as fast on every prompt
+        b.add(n, s)
+        c.add(n, s * (0.5 if n % 20 else 1.0))  # faster on some prompts only
+    lo, hi = ratio_interval(a, b)
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
+    lo, hi = ratio_interval(c, b)
+    point = c.tokens_per_s() / b.tokens_per_s()
+    assert lo < point < hi and lo >= 1.0
+    b.add(5, 1.0)
+    with pytest.raises(ValueError, match="same prompts"):
+        ratio_interval(a, b)
