@@ -26,7 +26,7 @@ def baselines(target: str, drafter: str, threads: int, log: Callable[[str], None
               target_hf=None) -> dict[str, Callable]:
     """name -> run, for llama.cpp (when installed) and each of ``assisted``'s settings; the
     transformers target in ``dtype``, or ``target_hf`` when the caller has it loaded already."""
-    from bench_speculative import hf_assisted
+    from omnidraft.bench.rows import assisted as hf_assisted
     from omnidraft.decode.text import generation_eos_ids
     from omnidraft.pairs.llamacpp import INSTALL, LlamaCppAlone
     from omnidraft.models.catalog import ensure_gguf

@@ -111,32 +111,45 @@ class LlamaCppRow:
         return Run(n, s)
 
 
+def assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids: list[int], max_new_tokens: int, eos: list[int],
+             tokens: int | None = ASSISTED_TOKENS) -> tuple[list[int], float]:
+    """transformers' heterogeneous assisted generation (UAG), greedy: (new ids, seconds).
+    ``tokens``: drafted a round at a constant length (None: transformers' default, up to 20 a
+    draft, each stopped at a token under its 0.4 confidence threshold)."""
+    import torch
+
+    ids = torch.tensor([prompt_ids])
+    cfg = drafter_hf.generation_config
+    saved = (cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule)
+    if tokens is not None:
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = tokens, "constant"
+    try:
+        t0 = time.perf_counter()
+        out = target_hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, assistant_model=drafter_hf, tokenizer=ttok, assistant_tokenizer=dtok,
+                                 eos_token_id=sorted(eos), pad_token_id=ttok.pad_token_id)
+        return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
+    finally:
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = saved
+
+
 class AssistedRow:
-    """transformers' assisted generation (UAG: the drafter's own vocabulary), greedy, ``tokens``
-    drafted a round at a constant length, the target in ``dtype``."""
+    """``assisted`` as a row: ``tokens`` drafted a round at a constant length, the target in ``dtype``."""
 
     def __init__(self, target: str, drafter: str, dtype: str = "bf16", tokens: int = ASSISTED_TOKENS):
         from omnidraft.decode.text import generation_eos_ids
         from omnidraft.models.loading import load_model, load_tokenizer
 
         self.name = f"transformers assisted generation ({tokens} tokens, constant; {dtype} target)"
-        self.ttok, self.dtok = load_tokenizer(target), load_tokenizer(drafter)
+        self.ttok, self.dtok, self.tokens = load_tokenizer(target), load_tokenizer(drafter), tokens
         self.target = load_model(target, dtype=dtype).model
         self.drafter = load_model(drafter, dtype="fp32").model
         self.eos = sorted(generation_eos_ids(self.target.generation_config))
-        cfg = self.drafter.generation_config
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = tokens, "constant"
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        import torch
-
         from omnidraft.decode.text import encode_prompt
 
-        ids = torch.tensor([encode_prompt(self.ttok, prompt.text, chat=prompt.chat)])
-        t0 = time.perf_counter()
-        out = self.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                   do_sample=False, assistant_model=self.drafter, tokenizer=self.ttok,
-                                   assistant_tokenizer=self.dtok, eos_token_id=self.eos,
-                                   pad_token_id=self.ttok.pad_token_id)
-        new = out[0, ids.shape[1]:].tolist()
-        return Run(len(new), time.perf_counter() - t0, new)
+        ids = encode_prompt(self.ttok, prompt.text, chat=prompt.chat)
+        new, seconds = assisted(self.target, self.drafter, self.ttok, self.dtok, ids, max_new_tokens, self.eos,
+                                self.tokens)
+        return Run(len(new), seconds, new)
