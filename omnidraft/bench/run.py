@@ -26,6 +26,7 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     from omnidraft.device.threads import set_threads
 
     set_threads(opts.threads)
+    stamped = stamp(suite.name, opts.threads, question=suite.question, options=opts.as_json())  # the code as it starts
     built = suite.build(opts, log)  # key -> Row
     rows = list(built.values())
     names = {r.name: r for r in rows}
@@ -38,10 +39,10 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     groups = {"all": range(len(prompts))} | {s: [i for i, p in enumerate(prompts) if p.set == s]
                                              for s in dict.fromkeys(p.set for p in prompts)}
     by_set = {g: _tallies(idx, names, runs, reference) for g, idx in groups.items()}
-    result = stamp(suite.name, opts.threads, question=suite.question, options=opts.as_json(), reference=reference,
-                   rows={n: _summary(t, by_set["all"], reference, n) for n, t in by_set["all"].items()},
-                   sets={g: {n: _summary(t, ts, reference, n) for n, t in ts.items()}
-                         for g, ts in by_set.items() if g != "all"})
+    result = {**stamped, "reference": reference,
+              "rows": {n: _summary(t, by_set["all"], reference, n) for n, t in by_set["all"].items()},
+              "sets": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_set.items()
+                       if g != "all"}}
     report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
     return result
 

@@ -3,7 +3,10 @@ holds one Router and runs each generation on the one Route it hands out (pairs/r
 
 - the target's runtime the pair loaded, alone, when nothing else was timed here;
 - with `auto` and both runtimes timed by `omnidraft pair`, the one predicted to end the generation
-  first (pairs/routing.py ``choose``), whose prompt read and decoding then refine its prices;
+  first (pairs/routing.py ``choose``), whose prompt read and decoding then refine its prices; after
+  PROBE_EVERY generations of a kind of work in a row on one route, the next runs on the other once
+  (a route's price for a kind is learnt only from its own generations of it: one priced high by a
+  few unlucky ones, say on a busy machine, would otherwise never run that kind again);
 - with an OpenAI-API target, the engine generating alone while it is measured faster than the
   pair verifying through it (pairs/engine_choice.py; not with stop strings, which the pair applies).
 
@@ -22,8 +25,14 @@ from omnidraft.decode.draft_length import CostModelK
 from omnidraft.decode.target import LocalTarget
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.engine_choice import EngineChoice
+from omnidraft.pairs.cost import DECODE_MIN_TOKENS
 from omnidraft.pairs.routing import Route, choose, forecast, kind, observe
 from omnidraft.sampling import SamplingConfig
+
+# generations of one kind in a row on one route before the other runs one: a route priced wrong for a
+# kind is retried (its price moves by the kind's learning weight each time) at a cost of at most one
+# generation in this many at the slower speed where the price was right
+PROBE_EVERY = 16
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class Router:
         self.choice = choice
         self.engine = routes[0].target if choice is not None else None  # the serving engine
         self._engine = replace(routes[0], alone=True)
+        self._streak: dict[str, tuple[str, int]] = {}  # kind of work -> (the route it ran on, times in a row)
 
     @property
     def routed(self) -> bool:
@@ -60,6 +70,7 @@ class Router:
         if self.routed:  # before the budget: the runtimes' windows differ
             asked = max_new_tokens or max(r.target.max_length for r in self.routes) - len(prompt_ids)
             route, predicted = choose(self.routes, prompt_ids, asked, work)
+            route = self._probe(route, predicted, work, asked)
             pick = Pick(route, work, predicted, forecast(route, prompt_ids, work))  # before its cache moves
         else:
             pick = Pick(self.routes[0], work)
@@ -67,6 +78,18 @@ class Router:
         if self.choice is not None and not stops and self.choice.engine_now():
             return replace(pick, route=self._engine)
         return pick
+
+    def _probe(self, best: Route, predicted: dict[str, float], work: str, budget: int) -> Route:
+        """``best``, or the next-best route whose window fits (``predicted`` holds those) once
+        ``best`` has run PROBE_EVERY generations of ``work`` in a row (a budget under
+        DECODE_MIN_TOKENS teaches nothing: no probe)."""
+        last, n = self._streak.get(work, (None, 0))
+        route = best
+        others = [r for r in self.routes if r is not best and r.runtime in predicted]
+        if last == best.runtime and n >= PROBE_EVERY and others and budget >= DECODE_MIN_TOKENS:
+            route = min(others, key=lambda r: predicted[r.runtime])
+        self._streak[work] = (route.runtime, n + 1 if route.runtime == last else 1)
+        return route
 
     def finish(self, pick: Pick, metrics: dict | None) -> None:
         """After a generation on ``pick`` (``metrics``: its figures; None: it did not end): a routed
