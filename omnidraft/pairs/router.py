@@ -3,10 +3,11 @@ holds one Router and runs each generation on the one Route it hands out (pairs/r
 
 - the target's runtime the pair loaded, alone, when nothing else was timed here;
 - with `auto` and both runtimes timed by `omnidraft pair`, the one predicted to end the generation
-  first (pairs/routing.py ``choose``), whose prompt read and decoding then refine its prices; after
-  PROBE_EVERY generations of a kind of work in a row on one route, the next runs on the other once
-  (a route's price for a kind is learnt only from its own generations of it: one priced high by a
-  few unlucky ones, say on a busy machine, would otherwise never run that kind again);
+  first (pairs/routing.py ``choose``), whose prompt read and decoding then refine its prices; a
+  route that has run a kind of work but fewer than one in PROBE_EVERY of its generations (the
+  counts every route's cost model keeps) runs the next one (a route's price for a kind is learnt
+  only from its own generations of it: one priced high by a few unlucky ones, say on a busy
+  machine, would otherwise never run that kind again);
 - with an OpenAI-API target, the engine generating alone while it is measured faster than the
   pair verifying through it (pairs/engine_choice.py; not with stop strings, which the pair applies).
 
@@ -29,9 +30,9 @@ from omnidraft.pairs.cost import DECODE_MIN_TOKENS
 from omnidraft.pairs.routing import Route, choose, forecast, kind, observe
 from omnidraft.sampling import SamplingConfig
 
-# generations of one kind in a row on one route before the other runs one: a route priced wrong for a
-# kind is retried (its price moves by the kind's learning weight each time) at a cost of at most one
-# generation in this many at the slower speed where the price was right
+# a route runs at least one in this many of the generations of a kind it has run: one priced wrong
+# for the kind is retried (its price moves by the kind's learning weight each time), at a cost of at
+# most one generation in this many at the slower speed where the price was right
 PROBE_EVERY = 16
 
 
@@ -56,7 +57,6 @@ class Router:
         self.choice = choice
         self.engine = routes[0].target if choice is not None else None  # the serving engine
         self._engine = replace(routes[0], alone=True)
-        self._streak: dict[str, tuple[str, int]] = {}  # kind of work -> (the route it ran on, times in a row)
 
     @property
     def routed(self) -> bool:
@@ -80,16 +80,15 @@ class Router:
         return pick
 
     def _probe(self, best: Route, predicted: dict[str, float], work: str, budget: int) -> Route:
-        """``best``, or the next-best route whose window fits (``predicted`` holds those) once
-        ``best`` has run PROBE_EVERY generations of ``work`` in a row (a budget under
-        DECODE_MIN_TOKENS teaches nothing: no probe)."""
-        last, n = self._streak.get(work, (None, 0))
-        route = best
-        others = [r for r in self.routes if r is not best and r.runtime in predicted]
-        if last == best.runtime and n >= PROBE_EVERY and others and budget >= DECODE_MIN_TOKENS:
-            route = min(others, key=lambda r: predicted[r.runtime])
-        self._streak[work] = (route.runtime, n + 1 if route.runtime == last else 1)
-        return route
+        """``best``, or the fastest-forecast other route whose window fits (``predicted`` holds
+        those) that has run ``work`` but fewer than one in PROBE_EVERY of the routes' generations of
+        it (one never run: routing.py's TRY rule; a budget under DECODE_MIN_TOKENS teaches nothing)."""
+        fits = [r for r in self.routes if r.runtime in predicted]
+        if not work or budget < DECODE_MIN_TOKENS or len(fits) < 2:
+            return best
+        ran = {r.runtime: int(r.draft_length.model.decode_scales.get(work, [1.0, 0])[1]) for r in fits}
+        starved = [r for r in fits if r is not best and 0 < ran[r.runtime] * PROBE_EVERY < sum(ran.values())]
+        return min(starved, key=lambda r: predicted[r.runtime]) if starved else best
 
     def finish(self, pick: Pick, metrics: dict | None) -> None:
         """After a generation on ``pick`` (``metrics``: its figures; None: it did not end): a routed

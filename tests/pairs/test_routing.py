@@ -196,21 +196,22 @@ def test_a_route_that_has_not_run_a_kind_of_work_runs_it_once_when_forecast_near
     assert choose([far, llama], prompt, 64, "chat")[0] is llama  # forecast far slower: not tried
 
 
-def test_a_route_priced_wrong_for_a_kind_of_work_is_retried_every_probe_every_generations():
+def test_a_route_priced_wrong_for_a_kind_of_work_is_retried_once_in_probe_every_generations():
     """A route whose price for a kind was learnt high from a few unlucky generations is not chosen
-    for that kind again by its forecast; the router runs it once after PROBE_EVERY generations of
-    the kind in a row on the other, and a budget too short to teach anything does not probe."""
+    for that kind again by its forecast; once it has run fewer than one in PROBE_EVERY of the
+    kind's generations (the counts the cost models keep, so across Sessions too) it runs the next
+    one; a budget too short to teach anything does not probe, nor does another kind."""
     from omnidraft.pairs.router import PROBE_EVERY, Router
 
     program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
-    program.draft_length.model.decode_scales["chat"] = [4.0, 2]  # priced 4x slow for chat
+    program.draft_length.model.decode_scales["chat"] = [4.0, 2]  # priced 4x slow for chat, from 2 generations
+    llama.draft_length.model.decode_scales["chat"] = [1.0, 2 * PROBE_EVERY - 2]
     router = Router([program, llama])
     prompt = list(range(20))
-    runs = [router.pick(prompt, 64, [], True, False).route.runtime for _ in range(2 * PROBE_EVERY + 2)]
-    assert runs[:PROBE_EVERY] == ["llamacpp"] * PROBE_EVERY
-    assert runs[PROBE_EVERY] == "executorch" and runs[2 * PROBE_EVERY + 1] == "executorch"
-    assert runs.count("executorch") == 2
-    assert router.pick(list(range(20)), 64, [], False, False).route.runtime == "llamacpp"  # another kind's own streak
-    for _ in range(PROBE_EVERY):
-        router.pick(prompt, 64, [], True, False)
+    assert router.pick(prompt, 64, [], True, False).route.runtime == "llamacpp"  # 2 of 32: not yet
+    llama.draft_length.model.decode_scales["chat"][1] += 1  # it ran there
+    assert router.pick(prompt, 64, [], True, False).route.runtime == "executorch"  # 2 of 33: under 1 in 16
     assert router.pick(prompt, 4, [], True, False).route.runtime == "llamacpp"  # 4 tokens: no probe
+    assert router.pick(prompt, 64, [], False, False).route.runtime == "llamacpp"  # completions: never starved
+    program.draft_length.model.decode_scales["chat"][1] += 1  # the probe ran: 3 of 34
+    assert router.pick(prompt, 64, [], True, False).route.runtime == "llamacpp"
