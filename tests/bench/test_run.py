@@ -11,15 +11,7 @@ from omnidraft.bench.suites import Options, suite
 from omnidraft.cli import main
 from omnidraft.errors import OmniDraftError
 
-from ..conftest import save_tiny, tiny, vocab_len
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory, smollm_tok, qwen_tok):
-    d = tmp_path_factory.mktemp("models")
-    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, d / "drafter")
-    target = save_tiny(tiny("qwen2", vocab_len(qwen_tok), seed=12), qwen_tok, d / "target")
-    return str(drafter), str(target)
+from ..test_session import models  # noqa: F401  (the tiny pair the Session tests run, as model folders)
 
 
 def test_a_suite_runs_the_product_beside_the_target_alone_and_compares_with_its_last_run(tmp_path, monkeypatch,
