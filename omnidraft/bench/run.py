@@ -39,7 +39,12 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     groups = {"all": range(len(prompts))} | {s: [i for i, p in enumerate(prompts) if p.set == s]
                                              for s in dict.fromkeys(p.set for p in prompts)}
     by_set = {g: _tallies(idx, names, runs, reference) for g, idx in groups.items()}
-    result = {**stamped, "reference": reference,
+    runtimes: dict[str, dict[str, int]] = {}  # row -> the target runtime each of its generations ran on (a routed product)
+    for (_, name), got in runs.items():
+        if got.figures.get("runtime"):
+            counts = runtimes.setdefault(name, {})
+            counts[got.figures["runtime"]] = counts.get(got.figures["runtime"], 0) + 1
+    result = {**stamped, "reference": reference, "runtimes": runtimes,
               "rows": {n: _summary(t, by_set["all"], reference, n) for n, t in by_set["all"].items()},
               "sets": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_set.items()
                        if g != "all"}}
@@ -83,5 +88,9 @@ def _markdown(result: dict) -> list[str]:
             equal = "-" if name == ref or not ref else f"{s['equal']}/{s['prompts']}"
             cells.append([group, name, s["prompts"], f"{s['tokens_per_s']:.2f}", ratio, acc, s["tokens_per_forward"],
                           equal])
+    routed = [f"{name}: " + ", ".join(f"{n} on {rt}" for rt, n in sorted(counts.items()))
+              for name, counts in result["runtimes"].items() if not name.startswith("target alone")]
+    if routed:
+        lines += ["Generations by target runtime: " + "; ".join(routed) + ".", ""]
     return lines + report.table(["set", "row", "prompts", "tokens/s", "vs " + (ref or "-"), "accepted / drafted",
                                  "tokens per target forward", f"equal to {ref or '-'}"], cells)

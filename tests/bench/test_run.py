@@ -27,6 +27,7 @@ def test_a_suite_runs_the_product_beside_the_target_alone_and_compares_with_its_
     assert pair["vs_reference"] > 0 and first["reference"] == "target alone (eager)"
     assert set(first["sets"]) == {"code", "copy"} and first["sets"]["code"]["omnidraft pair"]["prompts"] == 2
     assert first["commit"] and len(first["commit"]) == 40 and first["cpu"]["line"].endswith("2 threads")
+    assert first["runtimes"]["omnidraft pair"] == {"eager": 3}  # where each generation ran
     md = sorted(out.glob("bench-pair-*.md"))[-1].read_text()
     assert "First run of this suite" in md and first["cpu"]["line"] in md and first["commit"][:12] in md
     run_suite(suite("pair"), opts, out=out)
