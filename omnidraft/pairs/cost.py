@@ -157,18 +157,20 @@ class CostModel:
         seen = self.decode_scales.get(kind)
         return seen[0] if seen else self.decode_scale
 
-    def observe_decode(self, predicted_tokens_per_s: float, tokens: int, seconds: float, kind: str = "") -> None:
+    def observe_decode(self, predicted_tokens_per_s: float, tokens: int, seconds: float, kind: str = "",
+                       least: float = 0.0) -> None:
         """Fold a generation that decoded ``tokens`` in ``seconds`` where ``predicted_tokens_per_s``
         (from drafts alone) was predicted into ``decode_scale``, its time against the prediction (each
         ratio bounded to [1/4, 4]; generations under DECODE_MIN_TOKENS tokens are left out), and into
         ``kind``'s scale: its first generations move it from ``decode_scale`` by 1/2, 1/3, 1/4, then
-        by DECODE_WEIGHT (a kind of work is told apart in a few generations)."""
+        by DECODE_WEIGHT (a kind of work is told apart in a few generations), never by less than
+        ``least`` (a generation run to check a price suspected stale: pairs/router.py)."""
         if tokens < DECODE_MIN_TOKENS or predicted_tokens_per_s <= 0:
             return
         ratio = min(max(seconds * predicted_tokens_per_s / tokens, 0.25), 4.0)
         if kind:
             scale, n = self.decode_scales.get(kind, (self.decode_scale, 0))
-            weight = max(DECODE_WEIGHT, 1 / (n + 2))
+            weight = max(DECODE_WEIGHT, 1 / (n + 2), least)
             self.decode_scales[kind] = [(1 - weight) * scale + weight * ratio, n + 1]
         self.decode_scale = (1 - DECODE_WEIGHT) * self.decode_scale + DECODE_WEIGHT * ratio
 

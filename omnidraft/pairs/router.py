@@ -7,7 +7,8 @@ holds one Router and runs each generation on the one Route it hands out (pairs/r
   route that has run a kind of work but fewer than one in PROBE_EVERY of its generations (the
   counts every route's cost model keeps) runs the next one (a route's price for a kind is learnt
   only from its own generations of it: one priced high by a few unlucky ones, say on a busy
-  machine, would otherwise never run that kind again);
+  machine, would otherwise never run that kind again), and what it measures moves that price by
+  at least PROBE_WEIGHT;
 - with an OpenAI-API target, the engine generating alone while it is measured faster than the
   pair verifying through it (pairs/engine_choice.py; not with stop strings, which the pair applies).
 
@@ -34,6 +35,7 @@ from omnidraft.sampling import SamplingConfig
 # for the kind is retried (its price moves by the kind's learning weight each time), at a cost of at
 # most one generation in this many at the slower speed where the price was right
 PROBE_EVERY = 16
+PROBE_WEIGHT = 0.5  # a probe's weight in its route's price for the kind: it ran because that price looked stale
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Pick:
     work: str
     predicted_ms: dict[str, float] | None = None
     forecast: dict[str, float] | None = None
+    probe: bool = False  # run where the forecast did not send it, to check that route's price for the kind
 
 
 class Router:
@@ -70,8 +73,9 @@ class Router:
         if self.routed:  # before the budget: the runtimes' windows differ
             asked = max_new_tokens or max(r.target.max_length for r in self.routes) - len(prompt_ids)
             route, predicted = choose(self.routes, prompt_ids, asked, work)
-            route = self._probe(route, predicted, work, asked)
-            pick = Pick(route, work, predicted, forecast(route, prompt_ids, work))  # before its cache moves
+            chosen = self._probe(route, predicted, work, asked)
+            ahead = forecast(chosen, prompt_ids, work)  # before its cache moves
+            pick = Pick(chosen, work, predicted, ahead, probe=chosen is not route)
         else:
             pick = Pick(self.routes[0], work)
         self.route = pick.route
@@ -96,7 +100,7 @@ class Router:
         ran and how fast, and the route's cost model is kept (its state in ``metrics``)."""
         route = pick.route
         if metrics is not None and pick.forecast is not None:
-            observe(route, pick.forecast, metrics, pick.work)
+            observe(route, pick.forecast, metrics, pick.work, PROBE_WEIGHT if pick.probe else 0.0)
             metrics.update(predicted_ms=pick.predicted_ms, forecast={k: round(v, 3) for k, v in pick.forecast.items()},
                            work=pick.work)
         if metrics is not None and self.choice is not None:

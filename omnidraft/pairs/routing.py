@@ -93,14 +93,15 @@ def forecast(route: Route, prompt_ids: list[int], work: str = "") -> dict[str, f
             "drafts_tokens_per_s": drafts, "prompt_ids_read": uncached}
 
 
-def observe(route: Route, ahead: dict[str, float], metrics: dict, work: str = "") -> None:
+def observe(route: Route, ahead: dict[str, float], metrics: dict, work: str = "", least: float = 0.0) -> None:
     """Teach ``route``'s cost model from a generation of kind ``work`` it ran: ``ahead`` is the
     forecast made before it, ``metrics`` what it took (prefill_s, wall_s, new_tokens); its prompt
-    read moves the prefill price, its decoding the decode scale (the route's and the kind's)."""
+    read moves the prefill price, its decoding the decode scale (the route's and the kind's, the
+    latter by at least ``least``: pairs/cost.py ``observe_decode``)."""
     model = route.draft_length.model
     model.observe_prefill(ahead["prompt_ids_read"], metrics["prefill_s"])
     model.observe_decode(ahead["drafts_tokens_per_s"], metrics["new_tokens"], metrics["wall_s"] - metrics["prefill_s"],
-                         work)
+                         work, least)
 
 
 def predicted_ms(route: Route, prompt_ids: list[int], budget: int, work: str = "") -> float:

@@ -215,3 +215,18 @@ def test_a_route_priced_wrong_for_a_kind_of_work_is_retried_once_in_probe_every_
     assert router.pick(prompt, 64, [], False, False).route.runtime == "llamacpp"  # completions: never starved
     program.draft_length.model.decode_scales["chat"][1] += 1  # the probe ran: 3 of 34
     assert router.pick(prompt, 64, [], True, False).route.runtime == "llamacpp"
+
+
+def test_what_a_probe_measures_moves_its_routes_price_for_the_kind_by_half():
+    from omnidraft.pairs.router import PROBE_EVERY, Router
+
+    program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
+    program.draft_length.model.decode_scales["chat"] = [4.0, 10]  # priced 4x slow for chat
+    llama.draft_length.model.decode_scales["chat"] = [1.0, 10 * (PROBE_EVERY - 1) + 1]  # 10 of 161: starved
+    router = Router([program, llama])
+    pick = router.pick(list(range(20)), 64, [], True, False)
+    assert pick.route is program and pick.probe
+    predicted = pick.forecast["drafts_tokens_per_s"]
+    router.finish(pick, {"prefill_s": 0.0, "wall_s": 64 / predicted, "new_tokens": 64})  # ran as predicted: 1.0
+    assert program.draft_length.model.decode_scales["chat"] == [pytest.approx(2.5), 11]  # not 4 -> 3.7
+    assert not router.pick(list(range(20)), 64, [], True, False).probe  # 11 of 162: not starved
