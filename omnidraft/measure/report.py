@@ -33,11 +33,11 @@ def write(out: str | Path, name: str, title: str, result: dict, md: list[str], *
     head = [f"# {title} ({result['date'][:16]}Z)", "", f"CPU: {result['cpu']['line']}. Commit {commit}.", ""]
     change = history.changes(history.append(out / HISTORY, result), result) if keep else []
     lines = head + md + ([""] + change if change else [])
-    stem = out / f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M')}"
+    base = stem = out / f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M')}"
     n = 1
     while stem.with_suffix(".json").exists():  # a run in the same minute keeps the earlier one
         n += 1
-        stem = stem.with_name(f"{stem.name.split('~')[0]}~{n}")
+        stem = base.with_name(f"{base.name}-{n}")
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
