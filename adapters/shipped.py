@@ -2,7 +2,7 @@
 acceptance head `omnidraft distill` aligned to that target offline (bf16, a few MB), pinned by
 sha256 here, so a pair starts aligned before its first prompt.
 
-``write`` turns a distilled version into the shippable folder (what `scripts/distill_adapters.py`
+``write`` turns a distilled version into the shippable folder (what `omnidraft/tools/build_adapters.py`
 commits); ``install`` publishes a pair's shipped folder into an adapter store after checking its
 pins. Knows the folder layout and the pins; nothing about training or decoding.
 """

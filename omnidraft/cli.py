@@ -111,9 +111,10 @@ def _cmd_bench(args) -> int:
 
     chosen = suite(args.suite)
     rows = tuple(r.strip() for r in args.rows.split(",") if r.strip()) if args.rows else None
-    opts = Options(args.drafter, args.target, {k: getattr(args, k) for k in ("code", "chat", "sharegpt", "copy")
-                                               if getattr(args, k)}, args.max_new_tokens, args.threads, args.dtype,
-                   rows)
+    counts = {k: getattr(args, k) for k in ("code", "chat", "sharegpt", "copy") if getattr(args, k) is not None}
+    adapters = tuple(v.strip() for v in args.adapters.split(",") if v.strip()) if args.adapters else ()
+    opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
+                   args.max_new_tokens, args.threads, args.dtype, rows, adapters)
     run_suite(chosen, opts, out=args.out, keep=not args.no_history,
               log=lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
     return 0
@@ -121,8 +122,9 @@ def _cmd_bench(args) -> int:
 
 def _cmd_cost(args) -> int:
     from omnidraft.device.threads import set_threads
-    from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.device.cpu import cpu_info
+    from omnidraft.measure.stamp import cpu_line
+    from omnidraft.pairs.build import load_drafter, local_target
     from omnidraft.pairs.timing import measure, runtime_name
 
     try:
@@ -146,7 +148,7 @@ def _cmd_cost(args) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(f"CPU: {cpu['model']} ({cpu['cores']} cores; {' '.join(cpu['flags'])})")
+    print(f"CPU: {cpu_line(cpu, out['threads'])}")
     print(f"target {args.target} on {out['runtime']}, {out['threads']} threads")
     print("  width  ms      x one token")
     for w, ms in model.verify_ms.items():

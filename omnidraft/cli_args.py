@@ -218,15 +218,19 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print one JSON object")
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
-    be.add_argument("suite", help="the suite (pair)")
+    be.add_argument("suite", help="the suite: pair, copy or adapters (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
-    for name, n in (("code", 6), ("chat", 6), ("sharegpt", 0), ("copy", 6)):
-        be.add_argument(f"--{name}", type=int, default=n, help=f"{name} prompts (default {n})")
+    for name in ("code", "chat", "sharegpt", "copy"):
+        be.add_argument(f"--{name}", type=int, default=None,
+                        help=f"{name} prompts (any of these flags: only the sets named; none: the suite's own)")
     be.add_argument("--max-new-tokens", type=int, default=96)
     be.add_argument("--threads", type=int, default=2)
     be.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="the eager models' dtype")
-    be.add_argument("--rows", default=None, help="comma-separated rows to run (default: the suite's all)")
+    be.add_argument("--rows", default=None, help="comma-separated rows to run (default: the suite's; "
+                    "product@VERSION: the pair on an adapter version)")
+    be.add_argument("--adapters", default=None, help="the adapters suite: comma-separated adapter versions to run "
+                    "beside the latest and none")
     be.add_argument("--out", default="bench/results", help="where results and their history are written")
     be.add_argument("--no-history", action="store_true", help="neither compare with nor add to the history")
     dm = sub.add_parser("daemon", help="the background fine-tuning daemon")

@@ -43,6 +43,7 @@ def main() -> int:
     args = ap.parse_args()
     benchsetup.start(args.threads)
     log = benchsetup.logger("drafter")
+    from omnidraft.measure.tally import Tally
     from omnidraft.decode.draft_length import FixedK
     from omnidraft.decode.generate import generate_ar, generate_speculative
     from omnidraft.decode.target import LocalTarget
@@ -74,23 +75,20 @@ def main() -> int:
                               ("chat", benchsetup.prompt_mix(0, args.chat))) if p}  # a set of 0 prompts: none
     rows = []
     for set_name, prompts in sets.items():
-        tallies = {n: benchio.Tally() for n in names}
-        forwards = dict.fromkeys(names, 0)
+        tallies = {n: Tally() for n in names}
         for i, (p, chat) in enumerate(prompts):
             ref = generate_ar(target, ttok, p, max_new_tokens=args.max_new_tokens, chat=chat)
             for n, d in zip(names, drafters):
                 pair = PairState(dtok, ttok, d.vocab_size, target.vocab_size)  # a fresh n-gram cache each
                 got = generate_speculative(d, target, pair, p, cfg=SpecConfig("omnidraft"), k=FixedK(args.k),
                                            max_new_tokens=args.max_new_tokens, chat=chat)
-                m = benchio.filled(got.metrics)
-                tallies[n].add(m, equal=got.token_ids == ref.token_ids)
-                forwards[n] += m["target_forwards"]
+                tallies[n].add_metrics(got.metrics, equal=got.token_ids == ref.token_ids)
             log(f"{set_name} {i + 1}/{len(prompts)}")
         for n in names:
             t = tallies[n]
             rows.append({"set": set_name, "prompts": len(prompts), "program": n,
-                         "tokens_per_target_forward": round(t.tokens / max(forwards[n], 1), 3),
-                         "acceptance": t.acceptance_rate(), "equal_to_alone": t.equal})
+                         "tokens_per_target_forward": round(t.tokens / max(t.forwards, 1), 3),
+                         "acceptance": round(t.acceptance() or 0.0, 4), "equal_to_alone": t.equal})
     ref_name = names[0]
     for r in rows:
         base = next(x for x in rows if x["set"] == r["set"] and x["program"] == ref_name)
@@ -100,8 +98,7 @@ def main() -> int:
                                   programs=args.programs, ms_per_token=ms, rows=rows)
     cpu = report["cpu"]
     ctxs = list(next(iter(ms.values())))
-    md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {args.threads} threads. "
-          f"Drafter {args.drafter} programs; target {args.target} (ExecuTorch {args.quant}); greedy, "
+    md = [f"Drafter {args.drafter} programs; target {args.target} (ExecuTorch {args.quant}); greedy, "
           f"{args.max_new_tokens} new tokens, k = {args.k}; adapter {args.adapter or 'zero'}.", "",
           "ms per drafted token (one-token call after a prefill of that many tokens; median of "
           f"{args.calls} calls, best of {args.reps} interleaved rounds):", ""]

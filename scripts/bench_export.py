@@ -98,7 +98,7 @@ def main() -> None:
         best = [min(x["export_s"] for x in mine if x["setting"] == s) for s in settings]
         same = len({x["sha256"] for x in mine}) == 1
         rows.append([model, mine[0]["role"], *best, f"{best[-1] / best[0]:.2f}x", "yes" if same else "NO"])
-    md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}. Seconds of "
+    md = ["Seconds of "
           "`omnidraft export` (torch.export + lowering + writing; program.json's export_seconds; the best "
           f"of {args.rounds} round(s)), 8da8w, max_seq 1024, each export alone in its own process.", "",
           "Settings (the lowering's shortcuts on): none; passes = only the XNNPACK passes that can change "

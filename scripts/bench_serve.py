@@ -22,7 +22,6 @@ Writes bench/results/serve-<stamp>.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -206,6 +205,7 @@ def main() -> int:
     args = p.parse_args()
     if not 1 <= args.conversations <= len(CONVERSATIONS) or args.max_tokens < 1 or args.clients < 0:
         p.error(f"--conversations must be 1..{len(CONVERSATIONS)}, --max-tokens >= 1, --clients >= 0")
+    from omnidraft.measure.interleave import rotated
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.device.cpu import cpu_info
 
@@ -217,8 +217,7 @@ def main() -> int:
             start(row, say)
         convs = CONVERSATIONS[:args.conversations]
         for c, turns in enumerate(convs):
-            for k in range(len(servers)):
-                row = servers[(c + k) % len(servers)]
+            for row in rotated(servers, c):
                 row.turns += converse(row, args.target, turns, tok, args.max_tokens, c)
                 say(f"conversation {c}: {row.name} {summary(row.turns[-len(turns):])['tokens_per_s']} tokens/s")
         for k in range(len(servers) if args.clients else 0):
@@ -269,7 +268,7 @@ def report(args, servers: list[Row], cpu: dict) -> int:
                key=lambda r: r["one_client"]["tokens_per_s"])
     lcp = next((r for r in out if r["name"] == "llama-cpp-python server"), None)
     pair = out[0]["one_client"]["tokens_per_s"]
-    lines = [f"CPU: {benchio.cpu_line(cpu, 2)}. Target {args.target} (GGUF Q4_K_M for the llama.cpp rows); "
+    lines = [f"Target {args.target} (GGUF Q4_K_M for the llama.cpp rows); "
              f"{args.conversations} conversations x 3 turns, at most {args.max_tokens} tokens a turn, greedy, streamed "
              "through the `openai` SDK; one run, the server order rotated per conversation.", "",
              *benchio.table(["server", "tokens/s (1 client)", "first token by turn (s)", "latency p50 / p95 (s)",

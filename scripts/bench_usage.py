@@ -12,7 +12,7 @@ a fixed held-out set (code and chat prompts never in the stream) is generated un
 daemon stopped (SIGSTOP: the 2 cores are the session's while it is timed; SIGCONT after):
 tokens/s, target forwards per generated token, acceptance. Before the stream, per held-out
 prompt in turn: the starting pair, the target alone (same runtime, same session), llama.cpp's
-target alone and transformers' assisted generation at its best setting (scripts/baselines.py);
+target alone and transformers' assisted generation at its best setting (omnidraft/bench/baselines.py);
 after it, once the daemon has trained on everything, the last version and the target alone,
 again per prompt in turn.
 
@@ -58,48 +58,41 @@ def daemon_stopped(pid: int):
         os.kill(pid, signal.SIGCONT)
 
 
-def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, *, alone: bool = True,
-                 baselines: dict | None = None) -> dict[str, dict]:
-    """Per prompt, in an order that rotates: the session's pair, with ``alone`` its target alone
-    (draft length 0, same runtime), and each baseline (baselines.py) on the same prompt; unlogged.
-    {row: {kind (code / chat): sums}}; a baseline row has tokens/s only."""
-    from dataclasses import replace
+def _baselines(args, log) -> dict:
+    """{name: row}: llama.cpp alone (where installed) and transformers' assisted generation at its best setting."""
+    from omnidraft.bench.baselines import AssistedRow, LlamaCppRow
 
-    from omnidraft.decode.draft_length import FixedK
-    from omnidraft.decode.text import encode_prompt
-    from omnidraft.models.lm import same_start
+    rows = [LlamaCppRow.make(args.target, args.threads, log), AssistedRow(args.target, args.drafter)]
+    return {r.name: r for r in rows if r is not None}
 
-    baselines = baselines or {}
-    rows = ["pair", *(["target alone"] if alone else []), *baselines]
-    sums: dict[tuple[str, str], list] = {}  # (row, kind) -> tokens, seconds, forwards, proposed, accepted
+
+def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, others: list) -> dict[str, dict]:
+    """Per prompt, the rows' order rotated (omnidraft/measure/interleave.py): the session's pair
+    (unlogged) and each of ``others`` (bench rows: the target alone through a Session on the same
+    runtime, the baselines) on the same prompt. {row name ("pair" for the session): {kind (code /
+    chat): figures}}; a row without drafts has no acceptance, one without target forwards counted none."""
+    from omnidraft.bench.rows import Prompt, SessionRow
+    from omnidraft.measure.interleave import interleaved
+    from omnidraft.measure.tally import Tally
+
+    asked = [Prompt("chat" if chat else "code", text, chat) for text, chat in prompts]
+    tallies: dict[tuple[str, str], Tally] = {}
+    counted: set[str] = set()  # rows that report their target forwards
     with session.unlogged():
-        for i, (prompt, chat) in enumerate(prompts):
-            kind = "chat" if chat else "code"
-            again = same_start(session.target_model, session.drafter)  # each row finds the same caches
-            for row in rows[i % len(rows):] + rows[: i % len(rows)]:
-                again()
-                if row in baselines:
-                    n, secs = baselines[row](encode_prompt(session.target_tok, prompt, chat=chat), max_new_tokens)
-                    got = [n, secs, None, None, None]
-                else:
-                    kept = list(session.router.routes)
-                    if row == "target alone":  # every route's rounds without a draft
-                        session.router.routes[:] = [replace(r, draft_length=FixedK(0)) for r in kept]
-                    session.new_conversation()  # copies only from this prompt: not an earlier row's answer
-                    try:
-                        m = session.generate(prompt, max_new_tokens=max_new_tokens, chat=chat).metrics
-                    finally:
-                        session.router.routes[:] = kept
-                    got = [m["new_tokens"], m["wall_s"], m["target_forwards"], m["proposed"], m["accepted"]]
-                acc = sums.setdefault((row, kind), [0, 0.0, 0, 0, 0])
-                sums[(row, kind)] = [a + (g or 0) for a, g in zip(acc, got)] if got[2] is not None else \
-                    [acc[0] + got[0], acc[1] + got[1], None, None, None]
+        for _, prompt, row, got in interleaved(asked, [SessionRow("pair", session), *others],
+                                               lambda row, p: row.run(p, max_new_tokens)):
+            if "forwards" in got.figures:
+                counted.add(row.name)
+            tallies.setdefault((row.name, prompt.set), Tally()).add(
+                got.tokens, got.seconds, drafted=got.figures.get("drafted", 0),
+                accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"))
     out: dict[str, dict] = {}
-    for (row, kind), (tokens, wall, forwards, proposed, accepted) in sums.items():
-        out.setdefault(row, {})[kind] = {
-            "tokens_per_s": round(tokens / wall, 3),
-            "forwards_per_token": round(forwards / tokens, 4) if forwards is not None else None,
-            "acceptance": round(accepted / proposed, 4) if proposed else None, "tokens": tokens}
+    for (name, kind), t in tallies.items():
+        acc = t.acceptance()
+        out.setdefault(name, {})[kind] = {
+            "tokens_per_s": round(t.tokens_per_s(), 3), "tokens": t.tokens,
+            "forwards_per_token": round(t.forwards / t.tokens, 4) if name in counted else None,
+            "acceptance": None if acc is None else round(acc, 4)}
     return out
 
 
@@ -122,8 +115,7 @@ def render(report: dict, out: str) -> None:
     from benchio import save, table
 
     cpu = report["cpu"]
-    md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])}; {report['threads']} threads. "
-          f"Drafter {report['drafter']} ({report['drafter_runtime']}), target {report['target']} "
+    md = [f"Drafter {report['drafter']} ({report['drafter_runtime']}), target {report['target']} "
           f"({report['target_runtime']}), greedy, draft length: {report['draft_length']}. Stream: "
           f"{report['stream_prompts']} prompts ({report['code']} HumanEval + {report['chat']} ShareGPT, alternating), "
           f"{report['stream_tokens']} new tokens each, a record logged per prompt; the daemon "
@@ -220,8 +212,8 @@ def main() -> int:
     benchsetup.start(args.threads)
 
     import benchio
-    from baselines import BEST, baselines
     from omnidraft import Session
+    from omnidraft.bench.rows import target_alone
     from omnidraft.jobs.pairing import format_report, pair
     from omnidraft.device.cpu import cpu_info
     from omnidraft.pairs.settings import Runtime
@@ -261,9 +253,10 @@ def main() -> int:
         report["measurements"].append(row)
         log(json.dumps(row))
 
-    runs = {} if args.no_baselines else baselines(args.target, args.drafter, args.threads, log, assisted=(BEST,))
-    before = side_by_side(session, held, args.max_new_tokens, baselines=runs)
-    record("target alone (before)", 0, before["target alone"])
+    alone = target_alone(args.target, Runtime(target=session.target_runtime, dtype=args.dtype, threads=args.threads))
+    runs = {} if args.no_baselines else _baselines(args, log)
+    before = side_by_side(session, held, args.max_new_tokens, [alone, *runs.values()])
+    record("target alone (before)", 0, before[alone.name])
     record(f"starting pair ({paired['adapter_start']} {paired['adapter']})", 0, before["pair"])
     report["baselines"] = list(runs)
     for name in runs:
@@ -283,8 +276,7 @@ def main() -> int:
                     f"{time.perf_counter() - t0:.0f} s")
                 if session.refresh() is not None and session.version != measured:
                     with daemon_stopped(pid):
-                        record(f"version {session.version}", n,
-                               side_by_side(session, held, args.max_new_tokens, alone=False)["pair"])
+                        record(f"version {session.version}", n, side_by_side(session, held, args.max_new_tokens, [])["pair"])
                     measured = session.version
         log("stream done; waiting for the daemon to train on the rest")
         drained = wait_idle(daemon, name, args.drain_minutes * 60, log)
@@ -292,10 +284,10 @@ def main() -> int:
     finally:
         daemon.stop()
     session.refresh()
-    after = side_by_side(session, held, args.max_new_tokens)
+    after = side_by_side(session, held, args.max_new_tokens, [alone])
     if session.version is not None and session.version != measured:
         record(f"final {session.version}", len(stream), after["pair"])
-    record("target alone (after)", len(stream), after["target alone"])
+    record("target alone (after)", len(stream), after[alone.name])
     report["rounds"] = history(session.spec)
     report["stream_seconds"] = round(time.perf_counter() - t0, 1)
     start = report["measurements"][1]
@@ -308,6 +300,7 @@ def main() -> int:
                "vs_target_alone": round(last[kind]["tokens_per_s"] / alone[kind]["tokens_per_s"], 3)}
         for kind in ("code", "chat")}
     session.close()
+    alone.session.close()
     render(report, args.out)
     return 0
 

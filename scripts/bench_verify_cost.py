@@ -147,8 +147,7 @@ def main() -> int:
         drafter[f"{args.drafter} {'executorch 8da8w' if runtime == 'executorch' else 'transformers fp32'}"] = \
             round(statistics.median(time_calls(lm, 1, args.reps) for _ in range(args.rounds)), 2)
     report["drafter_ms_per_token"] = drafter
-    md = [f"CPU: {cpu['model']}, {cpu['cores']} cores, flags {' '.join(cpu['flags'])} "
-          f"(native bf16: {'yes' if cpu['native_bf16'] else 'no'}); {args.threads} threads. Median ms of one "
+    md = [f"Native bf16 on this CPU: {'yes' if cpu['native_bf16'] else 'no'}. Median ms of one "
           f"call of n tokens returning every position's logits, after 64 cached tokens "
           f"({args.rounds} rounds x {args.reps} calls, runtimes alternating).", ""]
     for name, rows in report["targets"].items():

@@ -8,7 +8,7 @@ copy-heavy assistant prompts), greedy and sampled, in one run with the rows rota
   vLLM + OmniDraftProposer (``custom_class``, up to 8 ids a step); the OmniDraft pair through
   ``Session`` with the target on its own local runtime (what `omnidraft pair` chose here); and,
   greedy only, the honest alternatives off vLLM: the target alone on llama.cpp (its packaged GGUF)
-  and transformers' assisted generation at its best setting here (scripts/baselines.py).
+  and transformers' assisted generation at its best setting here (omnidraft/bench/baselines.py).
 
 The rows run in two phases of one run (PHASES: four vLLM servers and the local pair do not fit
 24 GB at once), each phase with vLLM alone beside its rows; a phase's servers are up at once (both
@@ -111,13 +111,17 @@ def main() -> None:
 def honest_alternatives(args, log) -> dict:
     """{row: run(ids, new) -> (tokens, seconds)}: llama.cpp alone (where llama-cpp-python is
     installed) and transformers' assisted generation at its best setting, both greedy."""
-    from baselines import BEST, assisted_name, baselines
+    from omnidraft.bench.baselines import AssistedRow, LlamaCppRow
 
-    runs = baselines(args.target, args.drafter, args.threads, log, assisted=(BEST,))
-    out = {ASSISTED: runs[assisted_name(BEST)]}
-    if "llama.cpp target alone" in runs:
-        out[LLAMACPP] = runs["llama.cpp target alone"]
-    return out
+    rows = {ASSISTED: AssistedRow(args.target, args.drafter), LLAMACPP: LlamaCppRow.make(args.target, args.threads, log)}
+
+    def as_run(row):
+        def run(ids, new):
+            got = row.run_ids(ids, new)
+            return got.tokens, got.seconds
+        return run
+
+    return {name: as_run(row) for name, row in rows.items() if row is not None}
 
 
 def start_servers(args, rows: list[str], failed: dict, log) -> dict:
@@ -147,13 +151,14 @@ def start_servers(args, rows: list[str], failed: dict, log) -> dict:
 def run_phase(args, phase: int, rows: list[str], servers: dict, session, sets, runs: dict, log) -> None:
     """Every prompt on every row of the phase, greedy then sampled, the rows' order rotated per prompt."""
     from omnidraft.decode.text import encode_prompt
+    from omnidraft.measure.interleave import rotated
     from omnidraft.sampling import SamplingConfig
 
     for mode, sampling in (("greedy", None), ("sampled", SAMPLED)):
         for i, (kind, text, chat) in enumerate(sets):
             ids = encode_prompt(session.target_tok, text, chat=chat)
             here = [r for r in rows if sampling is None or r not in GREEDY_ONLY]
-            order = here[i % len(here):] + here[: i % len(here)]
+            order = rotated(here, i)
             outs = {}
             for row in order:
                 if row in GREEDY_ONLY:
@@ -190,8 +195,6 @@ def run_phase(args, phase: int, rows: list[str], servers: dict, session, sets, r
 
 
 def report(args, runs: dict, failed: dict, states: dict, cpu: dict) -> None:
-    import torch
-
     table, data = [], {}
     for (phase, mode, kind, row), items in runs.items():
         tokens, s = sum(x["tokens"] for x in items), sum(x["s"] for x in items)
@@ -217,7 +220,7 @@ def report(args, runs: dict, failed: dict, states: dict, cpu: dict) -> None:
     rep = benchio.stamp_report(cpu=cpu, target=args.target, drafter=args.drafter, phases=PHASES, failed=failed,
                                cells=data, proposer_state=states, max_new_tokens=args.max_new_tokens,
                                sampled=list(SAMPLED))
-    md = [f"CPU: {benchio.cpu_line(cpu, torch.get_num_threads())}. Target {args.target} (vLLM: bf16, both cores "
+    md = [f"Target {args.target} (vLLM: bf16, both cores "
           f"bound to its worker; the local pair: the runtime `omnidraft pair` chose), drafter {args.drafter}; "
           f"{args.max_new_tokens} new tokens a prompt; sampled = temperature {SAMPLED[0]}, top-p {SAMPLED[1]}, "
           "one seed a prompt. Two phases in one run, each with vLLM alone, the rows rotated per prompt; "
@@ -232,9 +235,9 @@ def report(args, runs: dict, failed: dict, states: dict, cpu: dict) -> None:
 
 
 def assisted_setting() -> str:
-    from baselines import BEST, assisted_name
+    from omnidraft.bench.baselines import ASSISTED_TOKENS
 
-    return assisted_name(BEST).removeprefix("transformers assisted generation, ")
+    return f"{ASSISTED_TOKENS} tokens, constant (bf16 target, UAG)"
 
 
 if __name__ == "__main__":

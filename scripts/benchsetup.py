@@ -1,10 +1,10 @@
 """Shared by the benchmark scripts: how a benchmark starts.
 
 Knows the command-line options every script has (drafter and target names, dtype, threads,
-draft length, new tokens, prompt count, output folder), the torch thread and seed setup, how a
-model is loaded with its tokenizer and paired with another, the mixed HumanEval + chat prompt
-lists, the stderr progress log, and running clients concurrently. Does not know what a benchmark measures, its own options, or
-how its results are written (benchio.py).
+draft length, new tokens, prompt count, output folder), the torch thread and seed setup, the
+mixed HumanEval + chat prompt lists, the stderr progress log, and running clients concurrently.
+Does not know what a benchmark measures, its own options, or how its results are written
+(benchio.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import argparse
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 
 def parser(doc: str, *, target: str | None = "qwen2.5-coder-0.5b", dtype: str = "--target-dtype",
@@ -61,34 +60,6 @@ def logger(tag: str | None = None) -> Callable[[str], None]:
         print(f"{prefix}{msg}", file=sys.stderr, flush=True)
 
     return log
-
-
-def load(name: str, dtype: str) -> tuple[Any, Any]:
-    """(tokenizer, model) of ``name``, the model in ``dtype``."""
-    from omnidraft.models.loading import load_model, load_tokenizer
-
-    return load_tokenizer(name), load_model(name, dtype=dtype)
-
-
-@dataclass
-class Models:
-    """A drafter and a target with their tokenizers."""
-
-    dtok: Any
-    drafter: Any
-    ttok: Any
-    target: Any
-
-    def pair(self, **kw):
-        """A new translation ``PairState`` of the two (``kw``: its cache options)."""
-        from omnidraft.translate.state import PairState
-
-        return PairState(self.dtok, self.ttok, self.drafter.vocab_size, self.target.vocab_size, **kw)
-
-
-def load_models(drafter: str, target: str, *, drafter_dtype: str, target_dtype: str) -> Models:
-    """The drafter and the target, each with its tokenizer, in their dtypes."""
-    return Models(*load(drafter, drafter_dtype), *load(target, target_dtype))
 
 
 def prompt_mix(code: int, chat: int, *, code_start: int = 0, chat_start: int = 0) -> list[tuple[str, bool]]:

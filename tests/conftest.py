@@ -24,7 +24,8 @@ torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 # own greedy outputs): each runs whole on one pytest-xdist worker; every other test goes to
 # whichever worker is free. (xdist's own `--dist loadgroup` marks do not group under pytest 9.)
 ONE_WORKER = frozenset({"tests/device/test_device.py", "tests/device/test_target_program.py",
-                        "tests/integration/test_real_pair.py", "tests/integration/test_serve_real.py",
+                        "tests/integration/test_real_pair.py", "tests/integration/test_real_program.py",
+                        "tests/integration/test_serve_real.py",
                         "tests/vllm/test_real_vllm.py"})
 
 

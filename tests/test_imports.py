@@ -24,6 +24,7 @@ FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.qu
           ["omnidraft.train", "omnidraft.vllm"],
           ["omnidraft.session"],
           ["omnidraft.jobs", "omnidraft.serve", "omnidraft.bench"],
+          ["omnidraft.tools"],
           ["omnidraft.cli_args"],
           ["omnidraft.cli", "omnidraft"]]
 

@@ -1,6 +1,7 @@
 """The prompt sets suites run on, each held out of every training corpus: ``code`` (HumanEval
 completions), ``chat`` (English chat questions), ``sharegpt`` (real users' first turns) and
-``copy`` (single-turn copy-heavy assistant work: code edits, quotes from a passage, rewrites).
+``copy`` (copy-heavy assistant work, omnidraft/copy_prompts.py: code edits, quotes from a
+passage, rewrites, then follow-up turns whose earlier answers are the target's own).
 
 Knows the package's prompt lists; nothing about rows.
 """
@@ -27,6 +28,6 @@ def prompt_sets(counts: dict[str, int]) -> list[Prompt]:
     plain = heldout(code=counts.get("code", 0), chat=counts.get("chat", 0))
     out += [("code" if not chat else "chat", text, chat) for text, chat in plain]
     out += [("sharegpt", text, True) for text in heldout_sharegpt(counts.get("sharegpt", 0))]
-    singles = [turns[0] for turns in copy_prompts() if len(turns) == 1]
-    out += [("copy", text, True) for text in singles[: counts.get("copy", 0)]]
-    return [Prompt(kind, text, chat, seed=1000 + i) for i, (kind, text, chat) in enumerate(out)]
+    out += [("copy", turns, True) for turns in copy_prompts()[: counts.get("copy", 0)]]  # single turns first
+    return [Prompt(kind, text[-1], chat, seed=1000 + i, earlier=tuple(text[:-1])) if isinstance(text, list)
+            else Prompt(kind, text, chat, seed=1000 + i) for i, (kind, text, chat) in enumerate(out)]

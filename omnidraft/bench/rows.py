@@ -1,37 +1,55 @@
-"""The rows a suite compares, behind one protocol: a Row runs one prompt and says what it took.
+"""The rows a suite compares, behind one protocol (a Row runs one prompt and says what it took),
+and the rows through ``Session``:
 
-- ``ProductRow``: the pair through ``Session`` (the product as a user runs it: its cost model,
-  copies from the context, the published adapter), never a hand-built pair;
-- ``TargetRow``: the target alone through ``Session`` on a given runtime (the same runtime as
-  the product's: the first honest alternative);
-- ``LlamaCppRow``: the target's GGUF alone on llama.cpp in process (same threads);
-- ``AssistedRow``: transformers' assisted generation with the same drafter (heterogeneous
-  vocabularies: Universal Assisted Generation), greedy, at a fixed draft length.
+- ``product``: the pair through ``Session`` (the product as a user runs it: its cost model,
+  copies from the context, the published adapter, or another adapter version / no copies for a
+  side-by-side), never a hand-built pair;
+- ``target_alone``: the target alone through ``Session`` on a given runtime (the same runtime as
+  the product's: the first honest alternative).
 
-Knows the Session, llama.cpp's runner and transformers' generate; nothing about interleaving or
-reports.
+The other engines' rows (llama.cpp, transformers) are in bench/baselines.py. Knows the Session;
+nothing about interleaving or reports.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from omnidraft.pairs.settings import Runtime
 from omnidraft.sampling import SamplingConfig
 
-ASSISTED_TOKENS = 5  # transformers' best setting measured here: 5 tokens a draft, constant (1.07-1.14x its default)
-
-
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of a set: ``text`` through the chat template with ``chat``; ``seed`` for sampled rows."""
+    """One prompt of a set: ``text`` through the chat template with ``chat``; ``seed`` for sampled
+    rows. A follow-up turn has its conversation's ``earlier`` user turns and the target's own
+    greedy ``answers`` to them (bench/run.py fills those before any row runs)."""
 
     set: str
     text: str
     chat: bool
     seed: int = 0
+    earlier: tuple[str, ...] = ()
+    answers: tuple[str, ...] = ()
+
+    def messages(self, answers: tuple[str, ...] | None = None) -> list[dict] | None:
+        """The conversation up to this turn (None for a prompt without earlier turns)."""
+        if not self.earlier:
+            return None
+        answers = self.answers if answers is None else answers
+        if len(answers) != len(self.earlier):
+            raise ValueError(f"{len(self.earlier)} earlier turns but {len(answers)} answers (bench/run.py answers them)")
+        out = []
+        for turn, answer in zip(self.earlier, answers):
+            out += [{"role": "user", "content": turn}, {"role": "assistant", "content": answer}]
+        return out + [{"role": "user", "content": self.text}]
+
+    def ids(self, tok) -> list[int]:
+        """Its token ids for ``tok``: the conversation, or the text (through the template with ``chat``)."""
+        from omnidraft.decode.text import encode_messages, encode_prompt
+
+        messages = self.messages()
+        return encode_messages(tok, messages) if messages else encode_prompt(tok, self.text, chat=self.chat)
 
 
 @dataclass
@@ -61,18 +79,34 @@ class SessionRow:
         self.session.new_conversation()  # unrelated prompts: none copies from another's answer
         sampling = None if self.sampling is None else SamplingConfig(self.sampling.temperature, self.sampling.top_p,
                                                                       seed=prompt.seed)
-        r = self.session.generate(prompt.text, chat=prompt.chat, max_new_tokens=max_new_tokens, sampling=sampling)
+        r = self.session.generate(prompt.messages() or prompt.text, chat=prompt.chat, max_new_tokens=max_new_tokens,
+                                  sampling=sampling)
         m = r.metrics
         return Run(m["new_tokens"], m["wall_s"], list(r.token_ids),
                    {"drafted": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
                     "forwards": m.get("target_forwards") or m["new_tokens"], "runtime": m.get("target_runtime")})
 
 
-def product(drafter: str, target: str, runtime: Runtime = Runtime()) -> SessionRow:
-    """The pair through Session, unlogged (a measurement leaves no training record)."""
+    def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:
+        """``prompt`` with its earlier turns answered greedily by this row, each in its conversation so far."""
+        answers: tuple[str, ...] = ()
+        for i, turn in enumerate(prompt.earlier):
+            self.session.new_conversation()
+            asked = Prompt(prompt.set, turn, True, earlier=prompt.earlier[:i], answers=answers)
+            got = self.session.generate(asked.messages() or turn, chat=True, max_new_tokens=max_new_tokens)
+            answers += (got.text,)
+        return Prompt(prompt.set, prompt.text, prompt.chat, prompt.seed, prompt.earlier, answers)
+
+
+def product(drafter: str, target: str, runtime: Runtime = Runtime(), *, adapter: str = "latest",
+            lookup: bool = True) -> SessionRow:
+    """The pair through Session, unlogged (a measurement leaves no training record); ``adapter``
+    and ``lookup`` as Session takes them (a row other than the defaults says so in its name)."""
     from omnidraft.session import Session
 
-    return SessionRow("omnidraft pair", Session(drafter, target, log=False, runtime=runtime))
+    name = "omnidraft pair" + ("" if adapter == "latest" else f", adapter {adapter}") + ("" if lookup else
+                                                                                         ", no copies")
+    return SessionRow(name, Session(drafter, target, log=False, runtime=runtime, adapter=adapter, lookup=lookup))
 
 
 def target_alone(target: str, runtime: Runtime) -> SessionRow:
@@ -80,76 +114,3 @@ def target_alone(target: str, runtime: Runtime) -> SessionRow:
     from omnidraft.session import Session
 
     return SessionRow(f"target alone ({runtime.target})", Session(None, target, log=False, runtime=runtime))
-
-
-class LlamaCppRow:
-    """The target's packaged GGUF alone on llama.cpp, greedy (None from ``make`` where llama-cpp-python is missing)."""
-
-    name = "llama.cpp target alone"
-
-    def __init__(self, alone, tok):
-        self.alone, self.tok = alone, tok
-
-    @classmethod
-    def make(cls, target: str, threads: int, log) -> "LlamaCppRow | None":
-        from omnidraft.models.catalog import ensure_gguf
-        from omnidraft.models.loading import load_tokenizer
-        from omnidraft.pairs.llamacpp import INSTALL, LlamaCppAlone
-
-        tok = load_tokenizer(target)
-        try:
-            alone = LlamaCppAlone(ensure_gguf(target, progress=log), threads, {tok.eos_token_id}, tok, n_ctx=2048)
-        except ImportError:
-            log(f"llama-cpp-python is not installed ({INSTALL}): no llama.cpp row")
-            return None
-        return cls(alone, tok)
-
-    def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        from omnidraft.decode.text import encode_prompt
-
-        n, s = self.alone(encode_prompt(self.tok, prompt.text, chat=prompt.chat), max_new_tokens)
-        return Run(n, s)
-
-
-def assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids: list[int], max_new_tokens: int, eos: list[int],
-             tokens: int | None = ASSISTED_TOKENS) -> tuple[list[int], float]:
-    """transformers' heterogeneous assisted generation (UAG), greedy: (new ids, seconds).
-    ``tokens``: drafted a round at a constant length (None: transformers' default, up to 20 a
-    draft, each stopped at a token under its 0.4 confidence threshold)."""
-    import torch
-
-    ids = torch.tensor([prompt_ids])
-    cfg = drafter_hf.generation_config
-    saved = (cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule)
-    if tokens is not None:
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = tokens, "constant"
-    try:
-        t0 = time.perf_counter()
-        out = target_hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                 do_sample=False, assistant_model=drafter_hf, tokenizer=ttok, assistant_tokenizer=dtok,
-                                 eos_token_id=sorted(eos), pad_token_id=ttok.pad_token_id)
-        return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
-    finally:
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule = saved
-
-
-class AssistedRow:
-    """``assisted`` as a row: ``tokens`` drafted a round at a constant length, the target in ``dtype``."""
-
-    def __init__(self, target: str, drafter: str, dtype: str = "bf16", tokens: int = ASSISTED_TOKENS):
-        from omnidraft.decode.text import generation_eos_ids
-        from omnidraft.models.loading import load_model, load_tokenizer
-
-        self.name = f"transformers assisted generation ({tokens} tokens, constant; {dtype} target)"
-        self.ttok, self.dtok, self.tokens = load_tokenizer(target), load_tokenizer(drafter), tokens
-        self.target = load_model(target, dtype=dtype).model
-        self.drafter = load_model(drafter, dtype="fp32").model
-        self.eos = sorted(generation_eos_ids(self.target.generation_config))
-
-    def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        from omnidraft.decode.text import encode_prompt
-
-        ids = encode_prompt(self.ttok, prompt.text, chat=prompt.chat)
-        new, seconds = assisted(self.target, self.drafter, self.ttok, self.dtok, ids, max_new_tokens, self.eos,
-                                self.tokens)
-        return Run(len(new), seconds, new)

@@ -14,6 +14,7 @@ from typing import Callable
 
 from omnidraft.bench.prompts import prompt_sets
 from omnidraft.bench.suites import Options, Suite
+from omnidraft.errors import OmniDraftError
 from omnidraft.measure import report
 from omnidraft.measure.interleave import interleaved
 from omnidraft.measure.stamp import stamp
@@ -26,12 +27,18 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     from omnidraft.device.threads import set_threads
 
     set_threads(opts.threads)
+    opts = suite.options(opts)
     stamped = stamp(suite.name, opts.threads, question=suite.question, options=opts.as_json())  # the code as it starts
+    prompts = prompt_sets(opts.counts)
     built = suite.build(opts, log)  # key -> Row
     rows = list(built.values())
     names = {r.name: r for r in rows}
     reference = built[suite.reference].name if suite.reference in built else None
-    prompts = prompt_sets(opts.counts)
+    if any(p.earlier for p in prompts):  # follow-ups: the earlier answers are the target alone's, for every row
+        if reference is None or not hasattr(built[suite.reference], "answer"):
+            raise OmniDraftError("follow-up turns need the target alone's answers", f"keep the {suite.reference} row")
+        log("answering the follow-ups' earlier turns with the target alone ...")
+        prompts = [built[suite.reference].answer(p, opts.max_new_tokens) if p.earlier else p for p in prompts]
     runs: dict[tuple[int, str], object] = {}
     for i, prompt, row, got in interleaved(prompts, rows, lambda r, p: r.run(p, opts.max_new_tokens)):
         runs[i, row.name] = got
@@ -39,12 +46,14 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     groups = {"all": range(len(prompts))} | {s: [i for i, p in enumerate(prompts) if p.set == s]
                                              for s in dict.fromkeys(p.set for p in prompts)}
     by_set = {g: _tallies(idx, names, runs, reference) for g, idx in groups.items()}
-    runtimes: dict[str, dict[str, int]] = {}  # row -> the target runtime each of its generations ran on (a routed product)
-    for (_, name), got in runs.items():
+    runtimes: dict[str, dict[str, int]] = {}  # row -> how many of its generations ran on each target runtime
+    routes: dict[str, list[str]] = {}  # row -> the runtime of each prompt's generation, in prompt order
+    for (_, name), got in sorted(runs.items()):
         if got.figures.get("runtime"):
             counts = runtimes.setdefault(name, {})
             counts[got.figures["runtime"]] = counts.get(got.figures["runtime"], 0) + 1
-    result = {**stamped, "reference": reference, "runtimes": runtimes,
+            routes.setdefault(name, []).append(got.figures["runtime"])
+    result = {**stamped, "reference": reference, "runtimes": runtimes, "routes": routes,
               "rows": {n: _summary(t, by_set["all"], reference, n) for n, t in by_set["all"].items()},
               "sets": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_set.items()
                        if g != "all"}}
@@ -53,15 +62,20 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
 
 
 def _tallies(idx, names: dict, runs: dict, reference: str | None) -> dict[str, Tally]:
+    """Each row's tally over the prompts ``idx``. A row's output is compared with the reference's
+    where both report ids and, for a routed product, where its generation ran on the reference's
+    runtime (on llama.cpp the pair is exact with respect to llama.cpp's logits, not the program's)."""
     out = {}
     for name in names:
         t = out[name] = Tally()
         for i in idx:
             got = runs[i, name]
             ref = runs.get((i, reference)) if reference else None
-            equal = got.ids is not None and ref is not None and ref.ids is not None and got.ids == ref.ids
+            compared = (got.ids is not None and ref is not None and ref.ids is not None and name != reference
+                        and got.figures.get("runtime") in (None, ref.figures.get("runtime")))
             t.add(got.tokens, got.seconds, drafted=got.figures.get("drafted", 0),
-                  accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"), equal=equal)
+                  accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"),
+                  equal=got.ids == ref.ids if compared else None, counted="forwards" in got.figures)
     return out
 
 
@@ -78,16 +92,18 @@ def _markdown(result: dict) -> list[str]:
     ref = result["reference"]
     lines = [result["question"], "",
              f"Rows interleaved per prompt with rotation; ratios to {ref or 'none'} on the same prompts (paired "
-             f"95% bootstrap interval); greedy output equal to {ref or 'none'}'s counted.", ""]
+             f"95% bootstrap interval); greedy output equal to {ref or 'none'}'s counted where a row reports its "
+             "ids (llama.cpp's rows do not) and, for the product, where its generation ran on the same runtime; "
+             "target forwards where a row counts them (other engines' drafting rows do not).", ""]
     cells = []
     for group, rows in [("all", result["rows"]), *result["sets"].items()]:
         for name, s in rows.items():
             ratio = "-" if "vs_reference" not in s else f"{s['vs_reference']:.2f}x" + (
                 f" [{s['vs_reference_95'][0]:.2f}, {s['vs_reference_95'][1]:.2f}]" if s.get("vs_reference_95") else "")
             acc = "-" if s["acceptance"] is None else f"{s['acceptance']:.3f} ({s['accepted']}/{s['drafted']})"
-            equal = "-" if name == ref or not ref else f"{s['equal']}/{s['prompts']}"
-            cells.append([group, name, s["prompts"], f"{s['tokens_per_s']:.2f}", ratio, acc, s["tokens_per_forward"],
-                          equal])
+            equal = f"{s['equal']}/{s['compared']}" if s["compared"] else "-"
+            per_forward = "-" if s["tokens_per_forward"] is None else s["tokens_per_forward"]
+            cells.append([group, name, s["prompts"], f"{s['tokens_per_s']:.2f}", ratio, acc, per_forward, equal])
     routed = [f"{name}: " + ", ".join(f"{n} on {rt}" for rt, n in sorted(counts.items()))
               for name, counts in result["runtimes"].items() if not name.startswith("target alone")]
     if routed:

@@ -1,16 +1,23 @@
-"""The standing benchmarks, by name: what each asks, its rows and the row its ratios are to.
+"""The standing benchmarks, by name: what each asks, its rows, its default prompts and the row its
+ratios are to. Every suite's reference is the target alone on the product's runtime.
 
 - ``pair``: the product against the honest alternatives, greedy, on plain (code, chat, ShareGPT)
   and copy-heavy prompts: the pair through Session, the target alone on the same runtime,
   llama.cpp alone (where installed) and transformers' assisted generation at its best setting;
   the product's output equal to the target alone's counted (lossless, measured).
+- ``copy``: what copies from the context add, against the other engines' own prompt lookup: the
+  ``pair`` rows, the pair without copies, llama.cpp with its prompt-lookup drafting and
+  transformers alone and with its prompt-lookup decoding, on the 24 copy-heavy conversations
+  (follow-ups included) and some code and chat.
+- ``adapters``: the published adapter against other versions (``Options.adapters``) and the
+  drafter unadapted, each the product through Session, beside the target alone and llama.cpp.
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from omnidraft.bench.prompts import SETS
@@ -18,21 +25,33 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.settings import Runtime
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
 
-PAIR_ROWS = ("product", "target", "llamacpp", "assisted")
+ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
+    "product": "the pair through Session (product@V: on adapter version V, product@none: unadapted)",
+    "nocopies": "the pair through Session without copies from the context",
+    "target": "the target alone through Session on the product's runtime",
+    "llamacpp": "the target's GGUF alone on llama.cpp",
+    "llamacpp-lookup": "llama.cpp with llama-cpp-python's prompt-lookup drafting",
+    "assisted": "transformers' assisted generation with the drafter (5 tokens, constant)",
+    "transformers": "the target alone in transformers",
+    "transformers-lookup": "transformers' prompt-lookup decoding",
+}
 
 
 @dataclass(frozen=True)
 class Options:
-    """``counts``: prompts per set (prompts.py SETS); ``rows``: the suite's rows to run (None: all);
-    ``dtype``: the eager models' dtype (the product's own runtimes are `omnidraft pair`'s choice)."""
+    """``counts``: prompts per set (prompts.py SETS; None: the suite's); ``rows``: the rows to run
+    (ROWS' keys; None: the suite's); ``dtype``: the eager models' dtype (the product's own runtimes
+    are `omnidraft pair`'s choice); ``adapters``: adapter versions the ``adapters`` suite runs
+    beside the latest and none."""
 
     drafter: str = DEFAULT_DRAFTER
     target: str = "qwen2.5-coder-0.5b"
-    counts: dict = field(default_factory=lambda: {"code": 6, "chat": 6, "copy": 6})
+    counts: dict | None = None
     max_new_tokens: int = 96
     threads: int = 2
     dtype: str = "bf16"
     rows: tuple[str, ...] | None = None
+    adapters: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -41,19 +60,20 @@ class Options:
             raise OmniDraftError(f"threads must be >= 1, got {self.threads}")
         if self.dtype not in ("fp32", "bf16"):
             raise OmniDraftError(f"dtype must be fp32 or bf16, got {self.dtype!r}")
-        for name, n in self.counts.items():
+        for name, n in (self.counts or {}).items():
             if name not in SETS:
                 raise OmniDraftError(f"unknown prompt set {name!r}", f"use {', '.join(SETS)}")
             if not isinstance(n, int) or n < 0:
                 raise OmniDraftError(f"{name}: a prompt count must be an integer >= 0, got {n!r}")
-        if not any(self.counts.values()):
+        if self.counts is not None and not any(self.counts.values()):
             raise OmniDraftError("no prompts to run", "ask for at least one prompt of a set")
 
     def as_json(self) -> dict:
         """What a history compares runs by."""
         return {"drafter": self.drafter, "target": self.target, "counts": dict(sorted(self.counts.items())),
                 "max_new_tokens": self.max_new_tokens, "threads": self.threads, "dtype": self.dtype,
-                "rows": list(self.rows) if self.rows else None}
+                "rows": list(self.rows) if self.rows else None, **({"adapters": list(self.adapters)}
+                                                                   if self.adapters else {})}
 
 
 @dataclass(frozen=True)
@@ -62,36 +82,68 @@ class Suite:
     question: str
     build: Callable[["Options", Callable[[str], None]], dict]  # (options, log) -> {row key: Row}, in order
     reference: str  # the key of the row ratios and equality are to (a key of what ``build`` returns)
+    counts: dict  # its default prompts per set
+
+    def options(self, opts: Options) -> Options:
+        """``opts`` with the suite's default prompts where it names none."""
+        return opts if opts.counts is not None else replace(opts, counts=dict(self.counts))
 
 
-def _pair_rows(opts: Options, log) -> dict:
-    from omnidraft.bench import rows
+def _build(opts: Options, log, wanted: tuple[str, ...]) -> dict:
+    """{row key: Row} for the keys in ``wanted`` (ROWS' names; ``product@V``: the product on adapter V)."""
+    from omnidraft.bench import baselines, rows
 
-    wanted = opts.rows or PAIR_ROWS
-    for name in wanted:
-        if name not in PAIR_ROWS:
-            raise OmniDraftError(f"the pair suite has no row {name!r}", f"use {', '.join(PAIR_ROWS)}")
     runtime = Runtime(dtype=opts.dtype, threads=opts.threads)
     built = {}
-    if "product" in wanted:
-        log("loading the pair through Session ...")
-        built["product"] = rows.product(opts.drafter, opts.target, runtime)
-    if "target" in wanted:  # the same runtime as the product's (eager without a product row)
-        same = built["product"].session.target_runtime if "product" in built else "eager"
-        built["target"] = rows.target_alone(opts.target, Runtime(target=same, dtype=opts.dtype, threads=opts.threads))
-    if "llamacpp" in wanted:
-        row = rows.LlamaCppRow.make(opts.target, opts.threads, log)
-        if row is not None:
-            built["llamacpp"] = row
-    if "assisted" in wanted:
-        log("loading transformers' assisted generation ...")
-        built["assisted"] = rows.AssistedRow(opts.target, opts.drafter, opts.dtype)
-    return {n: built[n] for n in PAIR_ROWS if n in built}
+    for key in sorted(wanted, key=lambda k: k.partition("@")[0] not in ("product", "nocopies")):  # products first
+        name, _, adapter = key.partition("@")
+        if name == "product" or name == "nocopies":
+            log(f"loading the pair through Session ({key}) ...")
+            built[key] = rows.product(opts.drafter, opts.target, runtime, adapter=adapter or "latest",
+                                      lookup=name == "product")
+        elif name == "target":  # the same runtime as the product's (eager without a product row)
+            same = next((r.session.target_runtime for k, r in built.items() if k.startswith("product")), "eager")
+            built[key] = rows.target_alone(opts.target, Runtime(target=same, dtype=opts.dtype, threads=opts.threads))
+        elif name in ("llamacpp", "llamacpp-lookup"):
+            row = baselines.LlamaCppRow.make(opts.target, opts.threads, log, lookup=name == "llamacpp-lookup")
+            if row is not None:
+                built[key] = row
+        elif name == "assisted":
+            log("loading transformers' assisted generation ...")
+            built[key] = baselines.AssistedRow(opts.target, opts.drafter, opts.dtype)
+        elif name in ("transformers", "transformers-lookup"):
+            built[key] = baselines.TransformersRow(opts.target, opts.dtype, lookup=name == "transformers-lookup")
+    return {k: built[k] for k in wanted if k in built}
+
+
+def _rows(default: tuple[str, ...]):
+    """A suite's builder: ``opts.rows`` (or ``default``) checked against ROWS and built in that order."""
+    def build(opts: Options, log) -> dict:
+        wanted = opts.rows or default
+        for key in wanted:
+            if key.partition("@")[0] not in ROWS:
+                raise OmniDraftError(f"no row {key!r}", f"use {', '.join(ROWS)} (product@VERSION: an adapter version)")
+        return _build(opts, log, tuple(wanted))
+    return build
+
+
+def _adapter_rows(opts: Options, log) -> dict:
+    versions = ("latest", *opts.adapters, "none")
+    return _rows(("target", *(f"product@{v}" if v != "latest" else "product" for v in dict.fromkeys(versions)),
+                  "llamacpp"))(opts, log)
 
 
 SUITES = {
     "pair": Suite("pair", "Is the pair faster than every honest alternative on this CPU, and is its greedy output the "
-                  "target's own?", _pair_rows, "target"),
+                  "target's own?", _rows(("product", "target", "llamacpp", "assisted")), "target",
+                  {"code": 6, "chat": 6, "copy": 6}),
+    "copy": Suite("copy", "On copy-heavy assistant work (edits, quotes, rewrites, follow-ups) and on code and chat, what "
+                  "do copies from the context add to the pair, against llama.cpp's and transformers' own prompt "
+                  "lookup?", _rows(("product", "nocopies", "target", "llamacpp", "llamacpp-lookup", "assisted",
+                                    "transformers", "transformers-lookup")), "target", {"copy": 24, "code": 4, "chat": 4}),
+    "adapters": Suite("adapters", "Does the published adapter beat other versions and the drafter unadapted on "
+                      "held-out prompts, as a user runs the pair?", _adapter_rows, "target",
+                      {"code": 8, "chat": 6, "sharegpt": 6}),
 }
 
 

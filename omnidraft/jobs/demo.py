@@ -48,9 +48,12 @@ def copy_work(n: int) -> list[str]:
 def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 60.0,
          say: Callable[..., None] | None = None, llamacpp: bool = True) -> dict:
     """The README's main job (see the module docstring); returns what it printed, as numbers."""
+    import torch
+
+    from omnidraft.device.cpu import cpu_info
+    from omnidraft.measure.stamp import cpu_line
     from omnidraft.models.loading import load_model
     from omnidraft.pairs import programs
-    from omnidraft.device.cpu import cpu_info
     from omnidraft.session import Session
     from omnidraft.train.tuning import RoundConfig, run_round
 
@@ -58,10 +61,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     err = lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k)  # noqa: E731 - progress lines
     show = lambda text: say(text, end="")  # noqa: E731 - streamed text and rows
     t0 = time.perf_counter()
-    cpu = cpu_info()
-    bf16 = "with" if cpu["native_bf16"] else "without"
-    say(f"OmniDraft demo: {DEFAULT_DRAFTER} drafting for {TARGET} on {cpu['model']} ({cpu['cores']} cores, "
-        f"{bf16} native bf16; {' '.join(f for f in cpu['flags'] if f.startswith(('avx512f', 'avx2', 'amx')))})")
+    say(f"OmniDraft demo: {DEFAULT_DRAFTER} drafting for {TARGET} on {cpu_line(cpu_info(), torch.get_num_threads())}")
     built = programs.ensure(DEFAULT_DRAFTER, TARGET, say=err)
     session = Session(DEFAULT_DRAFTER, TARGET)
     report = pair(TARGET, session=session, calibration_s=calibration_s, max_new_tokens=max_new_tokens, say=err,

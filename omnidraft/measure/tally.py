@@ -12,29 +12,36 @@ from dataclasses import dataclass, field
 @dataclass
 class Tally:
     """``per_prompt``: (new tokens, wall seconds) per prompt, in the order added; ``drafted`` and
-    ``accepted``: proposed and kept ids; ``forwards``: target forwards; ``equal``: outputs equal
-    to the reference row's."""
+    ``accepted``: proposed and kept ids; ``forwards``: target forwards (``uncounted``: prompts
+    whose row did not count them); ``equal``: outputs equal to the reference row's, of
+    ``compared``."""
 
     tokens: int = 0
     wall: float = 0.0
     drafted: int = 0
     accepted: int = 0
     forwards: int = 0
+    uncounted: int = 0
     equal: int = 0
+    compared: int = 0
     per_prompt: list[tuple[int, float]] = field(default_factory=list)
 
     def add(self, tokens: int, seconds: float, *, drafted: int = 0, accepted: int = 0, forwards: int | None = None,
-            equal: bool = False) -> None:
-        """One prompt's run: ``forwards`` None means one target forward per new token (no drafts)."""
+            equal: bool | None = None, counted: bool = True) -> None:
+        """One prompt's run: ``forwards`` None means one target forward per new token (no drafts);
+        ``counted`` False: the row does not say (another engine's); ``equal`` None: not compared."""
         self.tokens += tokens
         self.wall += seconds
         self.per_prompt.append((tokens, seconds))
         self.drafted += drafted
         self.accepted += accepted
         self.forwards += tokens if forwards is None else forwards
-        self.equal += int(equal)
+        self.uncounted += int(not counted)
+        if equal is not None:
+            self.compared += 1
+            self.equal += int(equal)
 
-    def add_metrics(self, m: dict, equal: bool = False) -> None:
+    def add_metrics(self, m: dict, equal: bool | None = None) -> None:
         """One generation's metrics (a Session's Result.metrics; unset counts: a run without drafts)."""
         self.add(m["new_tokens"], m["wall_s"], drafted=m.get("proposed") or 0, accepted=m.get("accepted") or 0,
                  forwards=m.get("target_forwards") or m["new_tokens"], equal=equal)
@@ -49,16 +56,17 @@ class Tally:
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
-    def tokens_per_forward(self) -> float:
-        return self.tokens / max(self.forwards, 1)
+    def tokens_per_forward(self) -> float | None:
+        """None where a prompt's row did not count its target forwards."""
+        return None if self.uncounted else self.tokens / max(self.forwards, 1)
 
     def summary(self) -> dict:
-        acc = self.acceptance()
+        acc, per_forward = self.acceptance(), self.tokens_per_forward()
         return {"prompts": self.prompts, "tokens": self.tokens, "seconds": round(self.wall, 3),
                 "tokens_per_s": round(self.tokens_per_s(), 3), "drafted": self.drafted, "accepted": self.accepted,
                 "acceptance": None if acc is None else round(acc, 4),
-                "tokens_per_forward": round(self.tokens_per_forward(), 3), "equal": self.equal,
-                "per_prompt": [[n, round(s, 4)] for n, s in self.per_prompt]}
+                "tokens_per_forward": None if per_forward is None else round(per_forward, 3), "equal": self.equal,
+                "compared": self.compared, "per_prompt": [[n, round(s, 4)] for n, s in self.per_prompt]}
 
 
 def ratio_interval(a: Tally, b: Tally, level: float = 0.95, draws: int = 4000, seed: int = 0) -> tuple[float, float]:

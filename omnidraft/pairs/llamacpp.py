@@ -25,13 +25,14 @@ class LlamaCppAlone:
     longest prefix its cache shares with the previous prompt, as the target alone on OmniDraft's
     runtime does."""
 
-    def __init__(self, gguf: Path, threads: int, stop: set[int], tok, n_ctx: int = 2048):
-        """``n_ctx``: llama.cpp's context, the most prompt and new tokens one generation may hold."""
+    def __init__(self, gguf: Path, threads: int, stop: set[int], tok, n_ctx: int = 2048, draft_model=None):
+        """``n_ctx``: llama.cpp's context, the most prompt and new tokens one generation may hold;
+        ``draft_model``: llama-cpp-python's own drafting (its prompt lookup, for a baseline)."""
         from llama_cpp import Llama
 
         self.gguf, self.tok, self.n_ctx = Path(gguf), tok, n_ctx
         self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                         verbose=False)
+                         verbose=False, draft_model=draft_model)
         self.stop = set(stop) | eog_ids(self.llm)
 
     def stream_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Generator[str, None, Alone]:

@@ -50,3 +50,42 @@ def test_bad_options_are_one_line_errors(capsys):
     assert len(err) == 1 and "unknown benchmark suite 'nope'" in err[0]
     assert main(["bench", "pair", "--max-new-tokens", "0"]) == 2
     assert "max_new_tokens must be >= 1" in capsys.readouterr().err
+
+
+def test_the_copy_suite_runs_follow_ups_on_the_target_alones_answers_and_every_engine_row(tmp_path, monkeypatch,
+                                                                                          models):
+    """A follow-up turn's earlier answer is the target alone's, the same text for every row; the
+    pair with and without copies, transformers alone and with prompt lookup all run it, and the
+    greedy rows' outputs equal the target alone's."""
+    from omnidraft.bench.prompts import prompt_sets
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter, target = models
+    last = prompt_sets({"copy": 21})[-1]
+    assert last.earlier and not last.answers  # answered by the run, before any row runs
+    rows = ("product", "nocopies", "target", "transformers", "transformers-lookup")
+    opts = Options(drafter, target, {"copy": 21}, max_new_tokens=6, dtype="fp32", rows=rows)
+    got = run_suite(suite("copy"), opts, out=tmp_path / "results", keep=False)
+    names = list(got["rows"])
+    assert names == ["omnidraft pair", "omnidraft pair, no copies", "target alone (eager)",
+                     "transformers target alone (fp32)", "transformers prompt lookup (fp32, 10 tokens)"]
+    for name in ("omnidraft pair", "omnidraft pair, no copies", "transformers target alone (fp32)"):
+        assert got["rows"][name]["equal"] == 21, name
+    assert got["options"]["counts"] == {"copy": 21}
+
+
+def test_a_suite_takes_its_own_prompts_unless_told_and_names_a_bad_row(models):
+    drafter, target = models
+    assert suite("copy").options(Options()).counts == {"copy": 24, "code": 4, "chat": 4}
+    assert suite("copy").options(Options(counts={"chat": 1})).counts == {"chat": 1}
+    with pytest.raises(OmniDraftError, match="no row 'nope'"):
+        suite("pair").build(Options(drafter, target, rows=("nope",)), print)
+
+
+def test_the_adapters_suite_runs_the_pair_on_each_adapter_beside_the_target(tmp_path, monkeypatch, models):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter, target = models
+    opts = Options(drafter, target, {"code": 2}, max_new_tokens=6, dtype="fp32", rows=("target", "product", "product@none"))
+    got = run_suite(suite("adapters"), opts, out=tmp_path / "results", keep=False)
+    assert list(got["rows"]) == ["target alone (eager)", "omnidraft pair", "omnidraft pair, adapter none"]
+    assert all(got["rows"][n]["equal"] == 2 for n in ("omnidraft pair", "omnidraft pair, adapter none"))

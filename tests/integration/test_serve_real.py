@@ -93,7 +93,8 @@ def real(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMNIDRAFT_HOME", str(tmp_path_factory.mktemp("home")))
         make = lambda: Session("smollm2-135m", "qwen2.5-coder-0.5b", runtime=EAGER, slots=2, log=False)  # noqa: E731
-        with serving(make, model="qwen2.5-coder-0.5b") as (url, runner):
+        # a fresh home installs both models and measures the cost model first (minutes beside another heavy worker)
+        with serving(make, model="qwen2.5-coder-0.5b", start_s=900) as (url, runner):
             target = LocalTarget(runner.session.target.model.lms[0].fork())  # the same weights, a cache of its own
             yield openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0), target, load_tokenizer(
                 "qwen2.5-coder-0.5b")

@@ -13,6 +13,17 @@ def test_a_tally_sums_runs_and_fills_what_a_draft_free_run_leaves_unset():
     assert t.tokens_per_s() == 15.0 and t.acceptance() == 0.5 and t.tokens_per_forward() == pytest.approx(30 / 27)
     assert Tally().acceptance() is None and Tally().tokens_per_s() == 0.0
     assert t.summary()["per_prompt"] == [[10, 1.0], [20, 1.0]]
+    assert (t.equal, t.compared) == (1, 1)  # the second run was not compared
+
+
+def test_a_row_that_does_not_count_forwards_or_report_ids_says_neither():
+    """Another engine's drafting row (llama.cpp's prompt lookup) counts no target forwards and
+    llama.cpp reports no ids: its tokens per forward is unknown, not 1.0, and 0 compared is not 0 equal."""
+    t = Tally()
+    t.add(10, 1.0, counted=False)
+    t.add(12, 1.0, counted=False)
+    s = t.summary()
+    assert s["tokens_per_forward"] is None and (s["equal"], s["compared"]) == (0, 0)
 
 
 def test_the_paired_interval_holds_the_ratio_and_narrows_when_prompts_agree():

@@ -22,9 +22,9 @@ def free_port() -> int:
 
 @contextmanager
 def serving(make_session, *, model: str = "tiny", key: str | None = KEY, queue: int = 8, max_body: int = 1 << 20,
-            sampling=None, ready: bool = True):
+            sampling=None, ready: bool = True, start_s: float = 120):
     """(base URL, runner) of the app serving ``make_session()``, until the block ends; ``ready``:
-    once the Session has loaded (else as soon as the port is open)."""
+    once the Session has loaded (else as soon as the port is open), within ``start_s`` seconds."""
     import uvicorn
 
     from omnidraft.sampling import SamplingConfig
@@ -37,7 +37,7 @@ def serving(make_session, *, model: str = "tiny", key: str | None = KEY, queue: 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.time() + 120
+    deadline = time.time() + start_s
     while (ready and runner.session is None and runner.failed is None) or not server.started:
         assert time.time() < deadline, "the server did not start"
         time.sleep(0.05)

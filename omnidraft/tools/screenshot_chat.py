@@ -6,7 +6,7 @@ OMNIDRAFT_REAL=1 on the real pair, Session("smollm2-135m", "qwen2.5-coder-0.5b",
 the real home (~/.cache/omnidraft: the first run may build programs and the cost model, minutes),
 without logging training records. Needs /usr/bin/chromium, /usr/bin/chromedriver and selenium.
 Example:
-  OMNIDRAFT_REAL=1 [OMNIDRAFT_REAL_TARGET=qwen2.5-coder-1.5b] python scripts/screenshot_chat.py --out docs/serve-chat.png
+  OMNIDRAFT_REAL=1 [OMNIDRAFT_REAL_TARGET=qwen2.5-coder-1.5b] python -m omnidraft.tools.screenshot_chat --out docs/serve-chat.png
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ report the median wall time and, per operator (XNNPACK's per-kernel events insid
 the custom ops outside it), the sum over the method's calls of each event's median (prefill excluded).
 ``--method decode`` times a program's one-token method (the first cache slots only) instead, after
 forward's prefill. Examples (#23, #39):
-  python scripts/profile_program.py $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 --widths 1,2,4,8,16 --threads 2
-  python scripts/profile_program.py $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 --widths 1 --method decode
+  python -m omnidraft.tools.profile_program $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 --widths 1,2,4,8,16 --threads 2
+  python -m omnidraft.tools.profile_program $OMNIDRAFT_HOME/programs/smollm2-135m-8da8w-s1024 --widths 1 --method decode
 Writes bench/results/profile-<program>[-<method>]-t<threads>-<date>.json.
 """
 
@@ -80,12 +80,11 @@ def main() -> int:
     import torch
     from executorch.extension.pybindings import portable_lib
 
+    from omnidraft.measure.stamp import stamp
+
     torch.set_num_threads(args.threads)
     portable_lib._unsafe_reset_threadpool(args.threads)
-    cpu = sorted({f for line in open("/proc/cpuinfo") if line.startswith("flags")
-                  for f in line.split(":")[1].split() if f.startswith(("avx", "amx", "fma"))})
-    report = {"program": str(args.program), "method": args.method, "threads": args.threads, "reps": args.reps, "cpu_flags": cpu,
-              "command": " ".join(sys.argv), "widths": {}}
+    report = stamp("profile", args.threads, program=str(args.program), method=args.method, reps=args.reps, widths={})
     with tempfile.TemporaryDirectory() as scratch:
         for w in widths:
             report["widths"][w] = profile(args.program, w, args.reps, Path(scratch), args.method)

@@ -5,8 +5,8 @@ checkpoint and report stay there), then the published version written in bf16 be
 adapters/shipped.py.
 A version the guard rejected is never written.
 
-  python scripts/distill_adapters.py --targets qwen2.5-coder-1.5b --code 80 --chat 260 --home /tmp/distill-home
-  python scripts/distill_adapters.py --targets qwen2.5-coder-0.5b --home /tmp/distill-home
+  python -m omnidraft.tools.build_adapters --targets qwen2.5-coder-1.5b --code 80 --chat 260 --home /tmp/distill-home
+  python -m omnidraft.tools.build_adapters --targets qwen2.5-coder-0.5b --home /tmp/distill-home
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def write_pins(pins: dict[str, dict[str, str]]) -> None:
     """Replace the PINS literal in adapters/shipped.py (kept sorted, one pair per line)."""
-    path = ROOT / "adapters" / "shipped.py"
+    from omnidraft.adapters import shipped
+
+    path = Path(shipped.__file__)
     body = "".join(f"    {json.dumps(k)}: {json.dumps(v)},\n" for k, v in sorted(pins.items()))
     text = re.sub(r"PINS: dict\[str, dict\[str, str\]\] = \{.*?\n\}\n|PINS: dict\[str, dict\[str, str\]\] = \{\}\n",
                   "PINS: dict[str, dict[str, str]] = {\n" + body + "}\n", path.read_text(), count=1, flags=re.S)
