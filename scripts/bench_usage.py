@@ -253,10 +253,10 @@ def main() -> int:
         report["measurements"].append(row)
         log(json.dumps(row))
 
-    alone = target_alone(args.target, Runtime(target=session.target_runtime, dtype=args.dtype, threads=args.threads))
+    alone_row = target_alone(args.target, Runtime(target=session.target_runtime, dtype=args.dtype, threads=args.threads))
     runs = {} if args.no_baselines else _baselines(args, log)
-    before = side_by_side(session, held, args.max_new_tokens, [alone, *runs.values()])
-    record("target alone (before)", 0, before[alone.name])
+    before = side_by_side(session, held, args.max_new_tokens, [alone_row, *runs.values()])
+    record("target alone (before)", 0, before[alone_row.name])
     record(f"starting pair ({paired['adapter_start']} {paired['adapter']})", 0, before["pair"])
     report["baselines"] = list(runs)
     for name in runs:
@@ -284,10 +284,10 @@ def main() -> int:
     finally:
         daemon.stop()
     session.refresh()
-    after = side_by_side(session, held, args.max_new_tokens, [alone])
+    after = side_by_side(session, held, args.max_new_tokens, [alone_row])
     if session.version is not None and session.version != measured:
         record(f"final {session.version}", len(stream), after["pair"])
-    record("target alone (after)", len(stream), after[alone.name])
+    record("target alone (after)", len(stream), after[alone_row.name])
     report["rounds"] = history(session.spec)
     report["stream_seconds"] = round(time.perf_counter() - t0, 1)
     start = report["measurements"][1]
@@ -300,7 +300,7 @@ def main() -> int:
                "vs_target_alone": round(last[kind]["tokens_per_s"] / alone[kind]["tokens_per_s"], 3)}
         for kind in ("code", "chat")}
     session.close()
-    alone.session.close()
+    alone_row.session.close()
     render(report, args.out)
     return 0
 
