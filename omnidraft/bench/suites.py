@@ -116,9 +116,12 @@ def _build(opts: Options, log, wanted: tuple[str, ...]) -> dict:
     return {k: built[k] for k in wanted if k in built}
 
 
-def _rows(default: tuple[str, ...]):
-    """A suite's builder: ``opts.rows`` (or ``default``) checked against ROWS and built in that order."""
+def _rows(default: tuple[str, ...], *, adapters: bool = False):
+    """A suite's builder: ``opts.rows`` (or ``default``) checked against ROWS and built in that order;
+    ``adapters``: the suite runs ``opts.adapters`` (elsewhere they are an error, not ignored)."""
     def build(opts: Options, log) -> dict:
+        if opts.adapters and not adapters:
+            raise OmniDraftError("--adapters is for the adapters suite", "use product@VERSION in --rows here")
         wanted = opts.rows or default
         for key in wanted:
             if key.partition("@")[0] not in ROWS:
@@ -130,7 +133,7 @@ def _rows(default: tuple[str, ...]):
 def _adapter_rows(opts: Options, log) -> dict:
     versions = ("latest", *opts.adapters, "none")
     return _rows(("target", *(f"product@{v}" if v != "latest" else "product" for v in dict.fromkeys(versions)),
-                  "llamacpp"))(opts, log)
+                  "llamacpp"), adapters=True)(opts, log)
 
 
 SUITES = {

@@ -80,6 +80,8 @@ def test_a_suite_takes_its_own_prompts_unless_told_and_names_a_bad_row(models):
     assert suite("copy").options(Options(counts={"chat": 1})).counts == {"chat": 1}
     with pytest.raises(OmniDraftError, match="no row 'nope'"):
         suite("pair").build(Options(drafter, target, rows=("nope",)), print)
+    with pytest.raises(OmniDraftError, match="--adapters is for the adapters suite"):
+        suite("copy").build(Options(drafter, target, adapters=("v0002",)), print)
 
 
 def test_the_adapters_suite_runs_the_pair_on_each_adapter_beside_the_target(tmp_path, monkeypatch, models):
