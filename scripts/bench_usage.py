@@ -77,21 +77,19 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
 
     asked = [Prompt("chat" if chat else "code", text, chat) for text, chat in prompts]
     tallies: dict[tuple[str, str], Tally] = {}
-    counted: set[str] = set()  # rows that report their target forwards
     with session.unlogged():
         for _, prompt, row, got in interleaved(asked, [SessionRow("pair", session), *others],
                                                lambda row, p: row.run(p, max_new_tokens)):
-            if "forwards" in got.figures:
-                counted.add(row.name)
             tallies.setdefault((row.name, prompt.set), Tally()).add(
                 got.tokens, got.seconds, drafted=got.figures.get("drafted", 0),
-                accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"))
+                accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"),
+                counted="forwards" in got.figures)
     out: dict[str, dict] = {}
     for (name, kind), t in tallies.items():
-        acc = t.acceptance()
+        acc, per_forward = t.acceptance(), t.tokens_per_forward()
         out.setdefault(name, {})[kind] = {
             "tokens_per_s": round(t.tokens_per_s(), 3), "tokens": t.tokens,
-            "forwards_per_token": round(t.forwards / t.tokens, 4) if name in counted else None,
+            "forwards_per_token": round(t.forwards / t.tokens, 4) if per_forward is not None and t.tokens else None,
             "acceptance": None if acc is None else round(acc, 4)}
     return out
 

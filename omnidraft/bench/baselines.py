@@ -13,6 +13,8 @@ OmniDraft's decoding, interleaving or reports.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from functools import lru_cache
 
 from omnidraft.bench.rows import Prompt, Run
 
@@ -26,7 +28,7 @@ class LlamaCppRow:
     llama-cpp-python is not installed."""
 
     def __init__(self, alone, tok, lookup: bool, log):
-        self.alone, self.tok, self.lookup, self.log = alone, tok, lookup, log
+        self.alone, self.tok, self.log = alone, tok, log
         self.name = ("llama.cpp prompt lookup (LlamaPromptLookupDecoding, 3 / "
                      f"{LOOKUP_TOKENS})") if lookup else "llama.cpp target alone"
 
@@ -66,18 +68,24 @@ class LlamaCppRow:
         return Run(n, time.perf_counter() - t0)
 
 
-class _Transformers:
-    """The transformers target (and drafter) a row generates with, loaded once."""
+@dataclass(frozen=True)
+class _HF:
+    """A transformers model with its tokenizer and end-of-generation ids."""
 
-    def __init__(self, target: str, dtype: str, drafter: str | None = None):
-        from omnidraft.decode.text import generation_eos_ids
-        from omnidraft.models.loading import load_model, load_tokenizer
+    tok: object
+    model: object
+    eos: list[int]
 
-        self.ttok = load_tokenizer(target)
-        self.target = load_model(target, dtype=dtype).model
-        self.eos = sorted(generation_eos_ids(self.target.generation_config) or {self.ttok.eos_token_id})
-        self.dtok = load_tokenizer(drafter) if drafter else None
-        self.drafter = load_model(drafter, dtype="fp32").model if drafter else None
+
+@lru_cache(maxsize=4)
+def _hf(name: str, dtype: str) -> _HF:
+    """``name`` in transformers, loaded once per process however many rows use it (the copy suite's
+    three transformers rows share one target)."""
+    from omnidraft.decode.text import generation_eos_ids
+    from omnidraft.models.loading import load_model, load_tokenizer
+
+    tok, model = load_tokenizer(name), load_model(name, dtype=dtype).model
+    return _HF(tok, model, sorted(generation_eos_ids(model.generation_config) or {tok.eos_token_id}))
 
 
 def assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids: list[int], max_new_tokens: int, eos: list[int],
@@ -107,15 +115,15 @@ class AssistedRow:
 
     def __init__(self, target: str, drafter: str, dtype: str = "bf16", tokens: int = ASSISTED_TOKENS):
         self.name = f"transformers assisted generation ({tokens} tokens, constant; {dtype} target)"
-        self.hf, self.tokens = _Transformers(target, dtype, drafter), tokens
+        self.target, self.drafter, self.tokens = _hf(target, dtype), _hf(drafter, "fp32"), tokens
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        return self.run_ids(prompt.ids(self.hf.ttok), max_new_tokens)
+        return self.run_ids(prompt.ids(self.target.tok), max_new_tokens)
 
     def run_ids(self, ids: list[int], max_new_tokens: int) -> Run:
         """The row on the target's prompt ids (a script that has them already)."""
-        hf = self.hf
-        new, seconds = assisted(hf.target, hf.drafter, hf.ttok, hf.dtok, ids, max_new_tokens, hf.eos, self.tokens)
+        t, d = self.target, self.drafter
+        new, seconds = assisted(t.model, d.model, t.tok, d.tok, ids, max_new_tokens, t.eos, self.tokens)
         return Run(len(new), seconds, new)
 
 
@@ -126,16 +134,16 @@ class TransformersRow:
     def __init__(self, target: str, dtype: str = "bf16", lookup: bool = False):
         self.name = (f"transformers prompt lookup ({dtype}, {LOOKUP_TOKENS} tokens)" if lookup
                      else f"transformers target alone ({dtype})")
-        self.hf, self.lookup = _Transformers(target, dtype), lookup
+        self.hf, self.lookup = _hf(target, dtype), lookup
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
         import torch
 
-        hf, ids = self.hf, prompt.ids(self.hf.ttok)
+        hf, ids = self.hf, prompt.ids(self.hf.tok)
         x = torch.tensor([ids])
         t0 = time.perf_counter()
-        out = hf.target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
-                                 eos_token_id=hf.eos, pad_token_id=hf.eos[0],
+        out = hf.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, do_sample=False,
+                                eos_token_id=hf.eos, pad_token_id=hf.eos[0],
                                  **({"prompt_lookup_num_tokens": LOOKUP_TOKENS} if self.lookup else {}))
         seconds = time.perf_counter() - t0
         return Run(out.shape[1] - len(ids), seconds, out[0, len(ids):].tolist())

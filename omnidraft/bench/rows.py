@@ -13,7 +13,7 @@ nothing about interleaving or reports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from omnidraft.pairs.settings import Runtime
@@ -32,15 +32,15 @@ class Prompt:
     earlier: tuple[str, ...] = ()
     answers: tuple[str, ...] = ()
 
-    def messages(self, answers: tuple[str, ...] | None = None) -> list[dict] | None:
+    def messages(self) -> list[dict] | None:
         """The conversation up to this turn (None for a prompt without earlier turns)."""
         if not self.earlier:
             return None
-        answers = self.answers if answers is None else answers
-        if len(answers) != len(self.earlier):
-            raise ValueError(f"{len(self.earlier)} earlier turns but {len(answers)} answers (bench/run.py answers them)")
+        if len(self.answers) != len(self.earlier):
+            raise ValueError(f"{len(self.earlier)} earlier turns but {len(self.answers)} answers (bench/run.py "
+                             "answers them)")
         out = []
-        for turn, answer in zip(self.earlier, answers):
+        for turn, answer in zip(self.earlier, self.answers):
             out += [{"role": "user", "content": turn}, {"role": "assistant", "content": answer}]
         return out + [{"role": "user", "content": self.text}]
 
@@ -92,10 +92,10 @@ class SessionRow:
         answers: tuple[str, ...] = ()
         for i, turn in enumerate(prompt.earlier):
             self.session.new_conversation()
-            asked = Prompt(prompt.set, turn, True, earlier=prompt.earlier[:i], answers=answers)
+            asked = replace(prompt, text=turn, earlier=prompt.earlier[:i], answers=answers)
             got = self.session.generate(asked.messages() or turn, chat=True, max_new_tokens=max_new_tokens)
             answers += (got.text,)
-        return Prompt(prompt.set, prompt.text, prompt.chat, prompt.seed, prompt.earlier, answers)
+        return replace(prompt, answers=answers)
 
 
 def product(drafter: str, target: str, runtime: Runtime = Runtime(), *, adapter: str = "latest",
