@@ -96,7 +96,6 @@ def main() -> int:
     report = benchio.stamp_report(cpu=cpu_info(), k=args.k, target=args.target, target_quant=args.quant,
                                   adapter=args.adapter,
                                   programs=args.programs, ms_per_token=ms, rows=rows)
-    cpu = report["cpu"]
     ctxs = list(next(iter(ms.values())))
     md = [f"Drafter {args.drafter} programs; target {args.target} (ExecuTorch {args.quant}); greedy, "
           f"{args.max_new_tokens} new tokens, k = {args.k}; adapter {args.adapter or 'zero'}.", "",

@@ -80,10 +80,7 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     with session.unlogged():
         for _, prompt, row, got in interleaved(asked, [SessionRow("pair", session), *others],
                                                lambda row, p: row.run(p, max_new_tokens)):
-            tallies.setdefault((row.name, prompt.set), Tally()).add(
-                got.tokens, got.seconds, drafted=got.figures.get("drafted", 0),
-                accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"),
-                counted="forwards" in got.figures)
+            got.into(tallies.setdefault((row.name, prompt.set), Tally()))
     out: dict[str, dict] = {}
     for (name, kind), t in tallies.items():
         acc, per_forward = t.acceptance(), t.tokens_per_forward()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from omnidraft.measure.tally import Tally, figures
 from omnidraft.pairs.settings import Runtime
 from omnidraft.sampling import SamplingConfig
 
@@ -55,12 +56,18 @@ class Prompt:
 @dataclass
 class Run:
     """What a row's run on one prompt took: new tokens, wall seconds (prefill included), the new
-    ids where the row reports them, and its decoding figures (drafted, accepted, forwards)."""
+    ids where the row reports them, and its decoding figures (measure/tally.py ``figures``; the
+    target runtime a routed generation ran on)."""
 
     tokens: int
     seconds: float
     ids: list[int] | None = None
     figures: dict = field(default_factory=dict)
+
+    def into(self, tally: Tally, equal: bool | None = None) -> None:
+        """Fold this run into ``tally``: a row whose figures name no forwards did not count them."""
+        tally.add(self.tokens, self.seconds, **{k: v for k, v in self.figures.items() if k != "runtime"},
+                  equal=equal, counted="forwards" in self.figures)
 
 
 class Row(Protocol):
@@ -82,9 +89,7 @@ class SessionRow:
         r = self.session.generate(prompt.messages() or prompt.text, chat=prompt.chat, max_new_tokens=max_new_tokens,
                                   sampling=sampling)
         m = r.metrics
-        return Run(m["new_tokens"], m["wall_s"], list(r.token_ids),
-                   {"drafted": m.get("proposed") or 0, "accepted": m.get("accepted") or 0,
-                    "forwards": m.get("target_forwards") or m["new_tokens"], "runtime": m.get("target_runtime")})
+        return Run(m["new_tokens"], m["wall_s"], list(r.token_ids), {**figures(m), "runtime": m.get("target_runtime")})
 
 
     def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:

@@ -73,9 +73,7 @@ def _tallies(idx, names: dict, runs: dict, reference: str | None) -> dict[str, T
             ref = runs.get((i, reference)) if reference else None
             compared = (got.ids is not None and ref is not None and ref.ids is not None and name != reference
                         and got.figures.get("runtime") in (None, ref.figures.get("runtime")))
-            t.add(got.tokens, got.seconds, drafted=got.figures.get("drafted", 0),
-                  accepted=got.figures.get("accepted", 0), forwards=got.figures.get("forwards"),
-                  equal=got.ids == ref.ids if compared else None, counted="forwards" in got.figures)
+            got.into(t, equal=got.ids == ref.ids if compared else None)
     return out
 
 

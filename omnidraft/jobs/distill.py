@@ -31,7 +31,7 @@ from typing import Callable
 from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_write_json
 from omnidraft.models.acceptance import HeadConfig
-from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, pair_dir, pair_name, save_spec
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, PairSpec, adapter_store, pair_dir, save_spec
 from omnidraft.train.trainer import TrainConfig
 from omnidraft.train.tuning import RoundConfig, cursor, write_ptds
 

@@ -6,45 +6,69 @@ Knows the figures a generation reports (decode/metrics.py's names); nothing abou
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
+
+
+def figures(m: dict) -> dict:
+    """One generation's decoding figures from its metrics (decode/metrics.py's summary), as
+    ``Tally.add`` takes them: the drafter's proposals apart from copies from the context (a
+    ``lookup`` round), target forwards, prefill seconds, the median translation ms of a drafted one."""
+    copies = (m.get("rounds_by_kind") or {}).get("lookup", {})
+    drafted = (m.get("proposed") or 0) - copies.get("proposed", 0)
+    return {"drafted": drafted, "accepted": (m.get("accepted") or 0) - copies.get("accepted", 0),
+            "copied": copies.get("proposed", 0), "copies_kept": copies.get("accepted", 0),
+            "forwards": m.get("target_forwards") or m["new_tokens"], "prefill": m.get("prefill_s") or 0.0,
+            "translate_ms": m.get("translate_ms_median") if drafted else None}
 
 
 @dataclass
 class Tally:
-    """``per_prompt``: (new tokens, wall seconds) per prompt, in the order added; ``drafted`` and
-    ``accepted``: proposed and kept ids; ``forwards``: target forwards (``uncounted``: prompts
-    whose row did not count them); ``equal``: outputs equal to the reference row's, of
-    ``compared``."""
+    """``per_prompt``: (new tokens, wall seconds) per prompt, in the order added; ``prefill``: the
+    seconds of those walls before the first new token (0 where a row does not say); ``drafted`` and
+    ``accepted``: the drafter's proposed and kept ids; ``copied`` and ``copies_kept``: the same for
+    copies from the context; ``forwards``: target forwards (``uncounted``: prompts whose row did
+    not count them); ``translate_ms``: each drafted generation's median translation ms; ``equal``:
+    outputs equal to the reference row's, of ``compared``."""
 
     tokens: int = 0
     wall: float = 0.0
+    prefill: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    copied: int = 0
+    copies_kept: int = 0
     forwards: int = 0
     uncounted: int = 0
     equal: int = 0
     compared: int = 0
     per_prompt: list[tuple[int, float]] = field(default_factory=list)
+    translate_ms: list[float] = field(default_factory=list)
 
-    def add(self, tokens: int, seconds: float, *, drafted: int = 0, accepted: int = 0, forwards: int | None = None,
+    def add(self, tokens: int, seconds: float, *, prefill: float = 0.0, drafted: int = 0, accepted: int = 0,
+            copied: int = 0, copies_kept: int = 0, forwards: int | None = None, translate_ms: float | None = None,
             equal: bool | None = None, counted: bool = True) -> None:
         """One prompt's run: ``forwards`` None means one target forward per new token (no drafts);
         ``counted`` False: the row does not say (another engine's); ``equal`` None: not compared."""
         self.tokens += tokens
         self.wall += seconds
+        self.prefill += prefill
         self.per_prompt.append((tokens, seconds))
         self.drafted += drafted
         self.accepted += accepted
+        self.copied += copied
+        self.copies_kept += copies_kept
         self.forwards += tokens if forwards is None else forwards
         self.uncounted += int(not counted)
+        if translate_ms is not None:
+            self.translate_ms.append(translate_ms)
         if equal is not None:
             self.compared += 1
             self.equal += int(equal)
 
     def add_metrics(self, m: dict, equal: bool | None = None) -> None:
-        """One generation's metrics (a Session's Result.metrics; unset counts: a run without drafts)."""
-        self.add(m["new_tokens"], m["wall_s"], drafted=m.get("proposed") or 0, accepted=m.get("accepted") or 0,
-                 forwards=m.get("target_forwards") or m["new_tokens"], equal=equal)
+        """One generation's metrics (a Session's Result.metrics, or generate_ar's)."""
+        self.add(m["new_tokens"], m["wall_s"], **figures(m), equal=equal)
 
     @property
     def prompts(self) -> int:
@@ -53,18 +77,27 @@ class Tally:
     def tokens_per_s(self) -> float:
         return self.tokens / self.wall if self.wall > 0 else 0.0
 
+    def decode_tokens_per_s(self) -> float:
+        """Tokens/s with the prefill seconds left out."""
+        return self.tokens / max(self.wall - self.prefill, 1e-9) if self.tokens else 0.0
+
     def acceptance(self) -> float | None:
+        """The drafter's (copies apart); None where nothing was drafted."""
         return self.accepted / self.drafted if self.drafted else None
 
     def tokens_per_forward(self) -> float | None:
         """None where a prompt's row did not count its target forwards."""
         return None if self.uncounted else self.tokens / max(self.forwards, 1)
 
+    def translate_ms_median(self) -> float | None:
+        return statistics.median(self.translate_ms) if self.translate_ms else None
+
     def summary(self) -> dict:
         acc, per_forward = self.acceptance(), self.tokens_per_forward()
         return {"prompts": self.prompts, "tokens": self.tokens, "seconds": round(self.wall, 3),
                 "tokens_per_s": round(self.tokens_per_s(), 3), "drafted": self.drafted, "accepted": self.accepted,
-                "acceptance": None if acc is None else round(acc, 4),
+                "acceptance": None if acc is None else round(acc, 4), "copied": self.copied,
+                "copies_kept": self.copies_kept,
                 "tokens_per_forward": None if per_forward is None else round(per_forward, 3), "equal": self.equal,
                 "compared": self.compared, "per_prompt": [[n, round(s, 4)] for n, s in self.per_prompt]}
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from omnidraft.measure.tally import Tally, ratio_interval
+from omnidraft.measure.tally import Tally, figures, ratio_interval
 
 
 def test_a_tally_sums_runs_and_fills_what_a_draft_free_run_leaves_unset():
@@ -14,6 +14,22 @@ def test_a_tally_sums_runs_and_fills_what_a_draft_free_run_leaves_unset():
     assert Tally().acceptance() is None and Tally().tokens_per_s() == 0.0
     assert t.summary()["per_prompt"] == [[10, 1.0], [20, 1.0]]
     assert (t.equal, t.compared) == (1, 1)  # the second run was not compared
+
+
+def test_copies_from_the_context_are_counted_apart_from_the_drafters_proposals():
+    """A generation that drafted 8 (5 kept) and copied 12 (10 kept): the drafter's acceptance is
+    5/8, not 15/20 (copies pass for drafts otherwise); the prefill leaves the decode rate."""
+    m = {"new_tokens": 30, "wall_s": 2.0, "prefill_s": 0.5, "proposed": 20, "accepted": 15, "target_forwards": 9,
+         "translate_ms_median": 0.2, "rounds_by_kind": {"drafter": {"rounds": 3, "proposed": 8, "accepted": 5},
+                                                         "lookup": {"rounds": 2, "proposed": 12, "accepted": 10}}}
+    t = Tally()
+    t.add_metrics(m)
+    t.add_metrics({**m, "translate_ms_median": 0.4})
+    assert (t.drafted, t.accepted, t.copied, t.copies_kept, t.forwards) == (16, 10, 24, 20, 18)
+    assert t.acceptance() == 5 / 8 and t.decode_tokens_per_s() == 60 / 3.0
+    assert t.translate_ms_median() == pytest.approx(0.3)
+    copied_only = {**m, "proposed": 12, "accepted": 10, "rounds_by_kind": {"lookup": m["rounds_by_kind"]["lookup"]}}
+    assert figures(copied_only)["translate_ms"] is None and figures(copied_only)["drafted"] == 0
 
 
 def test_a_row_that_does_not_count_forwards_or_report_ids_says_neither():
