@@ -8,7 +8,10 @@ holds one Router and runs each generation on the one Route it hands out (pairs/r
   counts every route's cost model keeps) runs the next one (a route's price for a kind is learnt
   only from its own generations of it: one priced high by a few unlucky ones, say on a busy
   machine, would otherwise never run that kind again), and what it measures moves that price by
-  at least PROBE_WEIGHT;
+  at least PROBE_WEIGHT; a Router probes a route for a kind at most once in PROBE_EVERY of the
+  kind's generations it hands out (a route that ran far under one in PROBE_EVERY of a kind, as after
+  `omnidraft pair`, or whose count lags another Session's generations merged into the other route's
+  file, would otherwise be probed generation after generation until its count caught up);
 - with an OpenAI-API target, the engine generating alone while it is measured faster than the
   pair verifying through it (pairs/engine_choice.py; not with stop strings, which the pair applies).
 
@@ -60,6 +63,7 @@ class Router:
         self.choice = choice
         self.engine = routes[0].target if choice is not None else None  # the serving engine
         self._engine = replace(routes[0], alone=True)
+        self._since: dict[tuple[str, str], int] = {}  # (runtime, kind) -> generations of the kind since its probe
 
     @property
     def routed(self) -> bool:
@@ -86,13 +90,22 @@ class Router:
     def _probe(self, best: Route, predicted: dict[str, float], work: str, budget: int) -> Route:
         """``best``, or the fastest-forecast other route whose window fits (``predicted`` holds
         those) that has run ``work`` but fewer than one in PROBE_EVERY of the routes' generations of
+        it, and that this Router has not probed for ``work`` in its last PROBE_EVERY generations of
         it (one never run: routing.py's TRY rule; a budget under DECODE_MIN_TOKENS teaches nothing)."""
         fits = [r for r in self.routes if r.runtime in predicted]
         if not work or budget < DECODE_MIN_TOKENS or len(fits) < 2:
             return best
+        for key in self._since:
+            if key[1] == work:
+                self._since[key] += 1
         ran = {r.runtime: int(r.draft_length.model.decode_scales.get(work, [1.0, 0])[1]) for r in fits}
-        starved = [r for r in fits if r is not best and 0 < ran[r.runtime] * PROBE_EVERY < sum(ran.values())]
-        return min(starved, key=lambda r: predicted[r.runtime]) if starved else best
+        starved = [r for r in fits if r is not best and 0 < ran[r.runtime] * PROBE_EVERY < sum(ran.values())
+                   and self._since.get((r.runtime, work), PROBE_EVERY) >= PROBE_EVERY]
+        if not starved:
+            return best
+        chosen = min(starved, key=lambda r: predicted[r.runtime])
+        self._since[chosen.runtime, work] = 0
+        return chosen
 
     def finish(self, pick: Pick, metrics: dict | None) -> None:
         """After a generation on ``pick`` (``metrics``: its figures; None: it did not end): a routed

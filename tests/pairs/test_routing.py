@@ -217,6 +217,27 @@ def test_a_route_priced_wrong_for_a_kind_of_work_is_retried_once_in_probe_every_
     assert router.pick(prompt, 64, [], True, False).route.runtime == "llamacpp"
 
 
+def test_a_router_probes_a_route_for_a_kind_at_most_once_in_probe_every_of_its_generations():
+    """bench/results/bench-adapters-20261202-1232: two Sessions of one pair, each probing llama.cpp
+    on two chat (or completion) prompts in a row: a route that ran far under one in PROBE_EVERY of a
+    kind (after `omnidraft pair`), or whose count lags the other Session's generations merged into
+    the other route's file, is still starved after its probe. However the counts stand, a Router probes a route for a kind once
+    in PROBE_EVERY of the kind's generations; another kind keeps its own spacing."""
+    from omnidraft.pairs.router import PROBE_EVERY, Router
+
+    program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)
+    for work in ("chat", "completion"):  # the program priced 4x slow, and starved, for both kinds
+        program.draft_length.model.decode_scales[work] = [4.0, 1]
+        llama.draft_length.model.decode_scales[work] = [1.0, 10 * PROBE_EVERY]
+    router = Router([program, llama])
+    prompt = list(range(20))
+    chats = [router.pick(prompt, 64, [], True, False) for _ in range(2 * PROBE_EVERY + 1)]  # counts never move
+    assert [i for i, p in enumerate(chats) if p.probe] == [0, PROBE_EVERY, 2 * PROBE_EVERY]
+    assert all(p.route is (program if p.probe else llama) for p in chats)
+    assert router.pick(prompt, 64, [], False, False).probe  # a completion: its own first probe
+    assert not router.pick(prompt, 64, [], False, False).probe
+
+
 def test_what_a_probe_measures_moves_its_routes_price_for_the_kind_by_half():
     from omnidraft.pairs.router import PROBE_EVERY, Router
 
