@@ -174,7 +174,8 @@ def _markdown(result: dict) -> list[str]:
              f"tokens/s alone = 1000 / v(1); top-1 agreement with fp32 transformers on {o['agreement']} prompts.", ""]
     lines += table(["runtime", *[f"v({w})" for w in widths], "v(4)/v(1)", "tokens/s alone", "top-1 vs fp32"],
                           [[r, *[s["v"][w] for w in widths], s["v4_over_v1"] or "-", s["tokens_per_s"],
-                            "-" if s["top1_vs_fp32"] is None else s["top1_vs_fp32"]] for r, s in result["rows"].items()])
+                            "-" if s["top1_vs_fp32"] is None else s["top1_vs_fp32"]]
+                           for r, s in result["rows"].items()])
     return lines + ["", "Drafter, ms per drafted token:", ""] + table(
         ["drafter", "ms"], list(result["drafter_ms_per_token"].items()))
 

@@ -31,6 +31,14 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     stamped = stamp(suite.name, opts.threads, question=suite.question, options=opts.as_json())  # the code as it starts
     prompts = prompt_sets(opts.counts)
     built = suite.build(opts, log)  # key -> Row
+    try:
+        return _run(suite, opts, stamped, prompts, built, out, keep, log)
+    finally:
+        for row in built.values():  # servers stop; Sessions and models go with the last reference
+            getattr(row, "close", lambda: None)()
+
+
+def _run(suite: Suite, opts: Options, stamped: dict, prompts: list, built: dict, out, keep: bool, log) -> dict:
     rows = list(built.values())
     names = {r.name: r for r in rows}
     reference = built[suite.reference].name if suite.reference in built else None
@@ -93,7 +101,7 @@ def _markdown(result: dict) -> list[str]:
              f"95% bootstrap interval); greedy output equal to {ref or 'none'}'s counted where a row reports its "
              "ids (llama.cpp's rows do not) and, for the product, where its generation ran on the same runtime; "
              "target forwards where a row counts them (other engines' drafting rows do not).", ""]
-    cells = []
+    cells, served = [], any(s.get("first_token_s") is not None for s in result["rows"].values())
     for group, rows in [("all", result["rows"]), *result["sets"].items()]:
         for name, s in rows.items():
             ratio = "-" if "vs_reference" not in s else f"{s['vs_reference']:.2f}x" + (
@@ -101,10 +109,13 @@ def _markdown(result: dict) -> list[str]:
             acc = "-" if s["acceptance"] is None else f"{s['acceptance']:.3f} ({s['accepted']}/{s['drafted']})"
             equal = f"{s['equal']}/{s['compared']}" if s["compared"] else "-"
             per_forward = "-" if s["tokens_per_forward"] is None else s["tokens_per_forward"]
-            cells.append([group, name, s["prompts"], f"{s['tokens_per_s']:.2f}", ratio, acc, per_forward, equal])
+            cells.append([group, name, s["prompts"], f"{s['tokens_per_s']:.2f}", ratio, acc, per_forward, equal]
+                         + ([f"{s['first_token_s']:.2f}" if s.get("first_token_s") is not None else "-",
+                             f"{s['latency_p50_s']:.2f} / {s['latency_p95_s']:.2f}"] if served else []))
     routed = [f"{name}: " + ", ".join(f"{n} on {rt}" for rt, n in sorted(counts.items()))
               for name, counts in result["runtimes"].items() if not name.startswith("target alone")]
     if routed:
         lines += ["Generations by target runtime: " + "; ".join(routed) + ".", ""]
     return lines + report.table(["set", "row", "prompts", "tokens/s", "vs " + (ref or "-"), "accepted / drafted",
-                                 "tokens per target forward", f"equal to {ref or '-'}"], cells)
+                                 "tokens per target forward", f"equal to {ref or '-'}"]
+                                + (["first token (s, median)", "latency p50 / p95 (s)"] if served else []), cells)

@@ -11,6 +11,8 @@ ratios are to. Every suite's reference is the target alone on the product's runt
   (follow-ups included) and some code and chat.
 - ``adapters``: the published adapter against other versions (``Options.adapters``) and the
   drafter unadapted, each the product through Session, beside the target alone and llama.cpp.
+- ``serve``: `omnidraft serve` against the servers an app would otherwise run, each driven
+  through the ``openai`` SDK (bench/servers.py), on copy-heavy conversations, code and chat.
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
@@ -34,6 +36,12 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "assisted": "transformers' assisted generation with the drafter (5 tokens, constant)",
     "transformers": "the target alone in transformers",
     "transformers-lookup": "transformers' prompt-lookup decoding",
+    "serve": "omnidraft serve (the pair) through the openai SDK",
+    "serve-target": "omnidraft serve --drafter none (the target alone) through the openai SDK",
+    "llamacpp-server": "llama-cpp-python's server on the target's GGUF",
+    "llamacpp-server-lookup": "llama-cpp-python's server with its prompt-lookup draft",
+    "llama-server": "llama.cpp's llama-server (LLAMA_SERVER or PATH)",
+    "llama-server-ngram": "llama-server --spec-type ngram-simple (its best measured here)",
 }
 
 
@@ -90,11 +98,23 @@ class Suite:
 
 
 def _build(opts: Options, log, wanted: tuple[str, ...]) -> dict:
-    """{row key: Row} for the keys in ``wanted`` (ROWS' names; ``product@V``: the product on adapter V)."""
-    from omnidraft.bench import baselines, rows
+    """{row key: Row} for the keys in ``wanted`` (ROWS' names; ``product@V``: the product on adapter V).
+    A row that fails to build closes those built before it."""
+    built: dict = {}
+    try:
+        _add(built, opts, log, wanted)
+    except BaseException:
+        for row in built.values():
+            getattr(row, "close", lambda: None)()
+        raise
+    return {k: built[k] for k in wanted if k in built}
+
+
+def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
+    from omnidraft.bench import baselines, rows, servers
 
     runtime = Runtime(dtype=opts.dtype, threads=opts.threads)
-    built = {}
+    tok = None
     for key in sorted(wanted, key=lambda k: k.partition("@")[0] not in ("product", "nocopies")):  # products first
         name, _, adapter = key.partition("@")
         if name == "product" or name == "nocopies":
@@ -113,7 +133,21 @@ def _build(opts: Options, log, wanted: tuple[str, ...]) -> dict:
             built[key] = baselines.AssistedRow(opts.target, opts.drafter, opts.dtype)
         elif name in ("transformers", "transformers-lookup"):
             built[key] = baselines.TransformersRow(opts.target, opts.dtype, lookup=name == "transformers-lookup")
-    return {k: built[k] for k in wanted if k in built}
+        else:  # a server
+            if tok is None:
+                from omnidraft.models.loading import load_tokenizer
+
+                tok = load_tokenizer(opts.target)
+            log(f"starting {ROWS[name]} ...")
+            at = {"threads": opts.threads}
+            row = (servers.omnidraft_serve(opts.drafter, opts.target, tok, log, dtype=opts.dtype,
+                                           alone=name == "serve-target", **at) if name in ("serve", "serve-target") else
+                   servers.llamacpp_python_server(opts.target, tok, log, lookup=name == "llamacpp-server-lookup", **at)
+                   if name.startswith("llamacpp-server") else
+                   servers.llama_server(opts.target, tok, log, spec_type="ngram-simple" if name.endswith("ngram")
+                                        else None, **at))
+            if row is not None:
+                built[key] = row
 
 
 def _rows(default: tuple[str, ...], *, adapters: bool = False):
@@ -144,6 +178,10 @@ SUITES = {
                   "do copies from the context add to the pair, against llama.cpp's and transformers' own prompt "
                   "lookup?", _rows(("product", "nocopies", "target", "llamacpp", "llamacpp-lookup", "assisted",
                                     "transformers", "transformers-lookup")), "target", {"copy": 24, "code": 4, "chat": 4}),
+    "serve": Suite("serve", "Is `omnidraft serve` faster than the servers an app would otherwise run, driven as an app "
+                   "drives them (the openai SDK, streamed), and is its greedy text the target's own?",
+                   _rows(("serve-target", "serve", "llamacpp-server", "llamacpp-server-lookup", "llama-server",
+                          "llama-server-ngram")), "serve-target", {"copy": 24, "code": 4, "chat": 4}),
     "adapters": Suite("adapters", "Does the published adapter beat other versions and the drafter unadapted on "
                       "held-out prompts, as a user runs the pair?", _adapter_rows, "target",
                       {"code": 8, "chat": 6, "sharegpt": 6}),

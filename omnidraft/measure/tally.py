@@ -28,8 +28,9 @@ class Tally:
     seconds of those walls before the first new token (0 where a row does not say); ``drafted`` and
     ``accepted``: the drafter's proposed and kept ids; ``copied`` and ``copies_kept``: the same for
     copies from the context; ``forwards``: target forwards (``uncounted``: prompts whose row did
-    not count them); ``translate_ms``: each drafted generation's median translation ms; ``equal``:
-    outputs equal to the reference row's, of ``compared``."""
+    not count them); ``translate_ms``: each drafted generation's median translation ms;
+    ``first_token``: seconds to the first token where a row says (a server's); ``equal``: outputs
+    equal to the reference row's, of ``compared``."""
 
     tokens: int = 0
     wall: float = 0.0
@@ -44,10 +45,11 @@ class Tally:
     compared: int = 0
     per_prompt: list[tuple[int, float]] = field(default_factory=list)
     translate_ms: list[float] = field(default_factory=list)
+    first_token: list[float] = field(default_factory=list)
 
     def add(self, tokens: int, seconds: float, *, prefill: float = 0.0, drafted: int = 0, accepted: int = 0,
             copied: int = 0, copies_kept: int = 0, forwards: int | None = None, translate_ms: float | None = None,
-            equal: bool | None = None, counted: bool = True) -> None:
+            first_token_s: float | None = None, equal: bool | None = None, counted: bool = True) -> None:
         """One prompt's run: ``forwards`` None means one target forward per new token (no drafts);
         ``counted`` False: the row does not say (another engine's); ``equal`` None: not compared."""
         self.tokens += tokens
@@ -62,6 +64,8 @@ class Tally:
         self.uncounted += int(not counted)
         if translate_ms is not None:
             self.translate_ms.append(translate_ms)
+        if first_token_s is not None:
+            self.first_token.append(first_token_s)
         if equal is not None:
             self.compared += 1
             self.equal += int(equal)
@@ -92,14 +96,23 @@ class Tally:
     def translate_ms_median(self) -> float | None:
         return statistics.median(self.translate_ms) if self.translate_ms else None
 
+    def latency(self, share: float) -> float | None:
+        """The ``share`` quantile of the prompts' wall seconds (nearest rank)."""
+        walls = sorted(s for _, s in self.per_prompt)
+        return walls[min(len(walls) - 1, int(share * len(walls)))] if walls else None
+
     def summary(self) -> dict:
         acc, per_forward = self.acceptance(), self.tokens_per_forward()
+        rounded = (lambda x: None if x is None else round(x, 3))  # noqa: E731
         return {"prompts": self.prompts, "tokens": self.tokens, "seconds": round(self.wall, 3),
                 "tokens_per_s": round(self.tokens_per_s(), 3), "drafted": self.drafted, "accepted": self.accepted,
                 "acceptance": None if acc is None else round(acc, 4), "copied": self.copied,
                 "copies_kept": self.copies_kept,
                 "tokens_per_forward": None if per_forward is None else round(per_forward, 3), "equal": self.equal,
-                "compared": self.compared, "per_prompt": [[n, round(s, 4)] for n, s in self.per_prompt]}
+                "compared": self.compared, "latency_p50_s": rounded(self.latency(0.5)),
+                "latency_p95_s": rounded(self.latency(0.95)),
+                "first_token_s": rounded(statistics.median(self.first_token)) if self.first_token else None,
+                "per_prompt": [[n, round(s, 4)] for n, s in self.per_prompt]}
 
 
 def ratio_interval(a: Tally, b: Tally, level: float = 0.95, draws: int = 4000, seed: int = 0) -> tuple[float, float]:

