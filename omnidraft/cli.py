@@ -106,7 +106,7 @@ def _cmd_export(args) -> int:
 
 
 COSTS_ONLY = ("widths", "reps", "rounds", "quants", "no_eager", "agreement")
-PROMPTS_ONLY = ("code", "chat", "sharegpt", "copy", "rows", "adapters")
+PROMPTS_ONLY = ("code", "chat", "sharegpt", "copy", "conversations", "rows", "adapters")
 
 
 def _cmd_bench(args) -> int:
@@ -135,7 +135,8 @@ def _cmd_bench(args) -> int:
         return 0
     chosen = suite(args.suite)
     rows = tuple(r.strip() for r in args.rows.split(",") if r.strip()) if args.rows else None
-    counts = {k: getattr(args, k) for k in ("code", "chat", "sharegpt", "copy") if getattr(args, k) is not None}
+    counts = {k: getattr(args, k) for k in ("code", "chat", "sharegpt", "copy", "conversations")
+              if getattr(args, k) is not None}
     adapters = tuple(v.strip() for v in args.adapters.split(",") if v.strip()) if args.adapters else ()
     opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
                    args.max_new_tokens, args.threads, args.dtype, rows, adapters)

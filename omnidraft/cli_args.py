@@ -221,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("suite", help="the suite: pair, copy, adapters, serve or costs (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
-    for name in ("code", "chat", "sharegpt", "copy"):
+    for name in ("code", "chat", "sharegpt", "copy", "conversations"):
         be.add_argument(f"--{name}", type=int, default=None,
-                        help=f"{name} prompts (any of these flags: only the sets named; none: the suite's own)")
+                        help=f"{name} prompts (any of these flags: only the sets named; none: the suite's own; "
+                        "conversations: each turn of N three-turn conversations)")
     be.add_argument("--max-new-tokens", type=int, default=96)
     be.add_argument("--threads", type=int, default=2)
     be.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="the eager models' dtype")

@@ -1,7 +1,9 @@
 """The prompt sets suites run on, each held out of every training corpus: ``code`` (HumanEval
 completions), ``chat`` (English chat questions), ``sharegpt`` (real users' first turns) and
 ``copy`` (copy-heavy assistant work, omnidraft/copy_prompts.py: code edits, quotes from a
-passage, rewrites, then follow-up turns whose earlier answers are the target's own).
+passage, rewrites, then follow-up turns whose earlier answers are the target's own) and
+``conversations`` (omnidraft/conversations.py: three-turn assistant conversations, every turn
+measured, its earlier answers the target's own; a count names conversations, not turns).
 
 Knows the package's prompt lists; nothing about rows.
 """
@@ -10,12 +12,13 @@ from __future__ import annotations
 
 from omnidraft.bench.rows import Prompt
 
-SETS = ("code", "chat", "sharegpt", "copy")
+SETS = ("code", "chat", "sharegpt", "copy", "conversations")
 
 
 def prompt_sets(counts: dict[str, int]) -> list[Prompt]:
     """The first ``counts[set]`` prompts of each set named, code and chat interleaved with the
     others in SETS order; each prompt's seed is its position (for sampled rows)."""
+    from omnidraft.conversations import conversations
     from omnidraft.copy_prompts import copy_prompts
     from omnidraft.train.corpus import heldout, heldout_sharegpt
 
@@ -29,5 +32,7 @@ def prompt_sets(counts: dict[str, int]) -> list[Prompt]:
     out += [("code" if not chat else "chat", text, chat) for text, chat in plain]
     out += [("sharegpt", text, True) for text in heldout_sharegpt(counts.get("sharegpt", 0))]
     out += [("copy", turns, True) for turns in copy_prompts()[: counts.get("copy", 0)]]  # single turns first
+    out += [("conversations", turns[: t + 1], True) for turns in conversations()[: counts.get("conversations", 0)]
+            for t in range(len(turns))]  # every turn, in order
     return [Prompt(kind, text[-1], chat, seed=1000 + i, earlier=tuple(text[:-1])) if isinstance(text, list)
             else Prompt(kind, text, chat, seed=1000 + i) for i, (kind, text, chat) in enumerate(out)]

@@ -54,6 +54,9 @@ def _run(suite: Suite, opts: Options, stamped: dict, prompts: list, built: dict,
     groups = {"all": range(len(prompts))} | {s: [i for i, p in enumerate(prompts) if p.set == s]
                                              for s in dict.fromkeys(p.set for p in prompts)}
     by_set = {g: _tallies(idx, names, runs, reference) for g, idx in groups.items()}
+    turns = {f"turn {t}": [i for i, p in enumerate(prompts) if len(p.earlier) + 1 == t]  # where follow-ups ran
+             for t in sorted({len(p.earlier) + 1 for p in prompts})} if any(p.earlier for p in prompts) else {}
+    by_turn = {g: _tallies(idx, names, runs, reference) for g, idx in turns.items()}
     runtimes: dict[str, dict[str, int]] = {}  # row -> how many of its generations ran on each target runtime
     routes: dict[str, list[str]] = {}  # row -> the runtime of each prompt's generation, in prompt order
     for (_, name), got in sorted(runs.items()):
@@ -64,7 +67,8 @@ def _run(suite: Suite, opts: Options, stamped: dict, prompts: list, built: dict,
     result = {**stamped, "reference": reference, "runtimes": runtimes, "routes": routes,
               "rows": {n: _summary(t, by_set["all"], reference, n) for n, t in by_set["all"].items()},
               "sets": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_set.items()
-                       if g != "all"}}
+                       if g != "all"},
+              "turns": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_turn.items()}}
     report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
     return result
 
@@ -102,7 +106,7 @@ def _markdown(result: dict) -> list[str]:
              "ids (llama.cpp's rows do not) and, for the product, where its generation ran on the same runtime; "
              "target forwards where a row counts them (other engines' drafting rows do not).", ""]
     cells, served = [], any(s.get("first_token_s") is not None for s in result["rows"].values())
-    for group, rows in [("all", result["rows"]), *result["sets"].items()]:
+    for group, rows in [("all", result["rows"]), *result["sets"].items(), *result.get("turns", {}).items()]:
         for name, s in rows.items():
             ratio = "-" if "vs_reference" not in s else f"{s['vs_reference']:.2f}x" + (
                 f" [{s['vs_reference_95'][0]:.2f}, {s['vs_reference_95'][1]:.2f}]" if s.get("vs_reference_95") else "")

@@ -1,8 +1,8 @@
 """The serve suite's rows (omnidraft/bench/servers.py) on the tiny pair: `omnidraft serve` with
 the pair and with the target alone, each its own process driven through the `openai` SDK, their
-greedy texts equal (fp32), a follow-up turn answered by the target alone's server for both, the
-pair's target forwards read from its usage, the first token and latency percentiles kept, and
-every server stopped at the end; a server that exits before serving is a one-line error."""
+greedy texts equal (fp32) on every turn of a three-turn conversation (the earlier turns answered
+by the target alone's server for both) and a completion, the pair's target forwards read from
+its usage, the first token (by turn too) and latency percentiles kept, and every server stopped; a server that exits before serving is a one-line error."""
 
 import sys
 
@@ -31,14 +31,16 @@ def test_omnidraft_serve_beside_its_target_alone_through_the_sdk(tmp_path, monke
 
     monkeypatch.setattr(servers.ServerRow, "__init__", keep)
     drafter, target = models
-    opts = Options(drafter, target, {"code": 1, "copy": 21}, max_new_tokens=8, threads=1, dtype="fp32",
+    opts = Options(drafter, target, {"code": 1, "conversations": 1}, max_new_tokens=8, threads=1, dtype="fp32",
                    rows=("serve-target", "serve"))
     got = run_suite(suite("serve"), opts, out=tmp_path / "results")
     pair, alone = got["rows"]["omnidraft serve"], got["rows"]["omnidraft serve (target alone)"]
-    assert got["reference"] == "omnidraft serve (target alone)" and pair["prompts"] == alone["prompts"] == 22
-    assert pair["equal"] == pair["compared"] == 22  # greedy, fp32, the same runtime: the target's own text
+    assert got["reference"] == "omnidraft serve (target alone)" and pair["prompts"] == alone["prompts"] == 4
+    assert pair["equal"] == pair["compared"] == 4  # greedy, fp32, the same runtime: the target's own text
     assert pair["tokens_per_forward"] is not None and pair["tokens_per_forward"] >= 1.0
     assert pair["first_token_s"] > 0 and pair["latency_p50_s"] <= pair["latency_p95_s"]
+    assert list(got["turns"]) == ["turn 1", "turn 2", "turn 3"]  # the completion is a first turn
+    assert [got["turns"][t]["omnidraft serve"]["prompts"] for t in got["turns"]] == [2, 1, 1]
     assert "first token (s, median)" in sorted((tmp_path / "results").glob("bench-serve-*.md"))[-1].read_text()
     assert len(started) == 2 and all(r.proc.poll() is not None for r in started)  # stopped
 
