@@ -106,7 +106,7 @@ def _cmd_export(args) -> int:
 
 
 COSTS_ONLY = ("widths", "reps", "rounds", "quants", "no_eager", "agreement")
-PROMPTS_ONLY = ("code", "chat", "sharegpt", "copy", "conversations", "rows", "adapters")
+PROMPTS_ONLY = ("code", "chat", "sharegpt", "copy", "conversations", "rows", "adapters", "clients")
 
 
 def _cmd_bench(args) -> int:
@@ -139,7 +139,7 @@ def _cmd_bench(args) -> int:
               if getattr(args, k) is not None}
     adapters = tuple(v.strip() for v in args.adapters.split(",") if v.strip()) if args.adapters else ()
     opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
-                   args.max_new_tokens, args.threads, args.dtype, rows, adapters)
+                   args.max_new_tokens, args.threads, args.dtype, rows, adapters, args.clients or 0)
     run_suite(chosen, opts, out=args.out, keep=not args.no_history, log=log)
     return 0
 

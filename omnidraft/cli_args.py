@@ -232,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "product@VERSION: the pair on an adapter version)")
     be.add_argument("--adapters", default=None, help="the adapters suite: comma-separated adapter versions to run "
                     "beside the latest and none")
+    be.add_argument("--clients", type=int, default=None, help="serve: then this many clients at once on each "
+                    "server (p50/p95 latency, aggregate tokens/s)")
     be.add_argument("--widths", default=None, help="costs: comma-separated tokens per timed call (default "
                     "1,2,3,4,5,6,8,12,16)")
     be.add_argument("--reps", type=int, default=None, help="costs: timed calls per width and round (default 7)")

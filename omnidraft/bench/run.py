@@ -69,6 +69,10 @@ def _run(suite: Suite, opts: Options, stamped: dict, prompts: list, built: dict,
               "sets": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_set.items()
                        if g != "all"},
               "turns": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_turn.items()}}
+    if opts.clients:  # the serve suite's second phase
+        from omnidraft.bench.concurrent import run_concurrently
+
+        result["concurrent"] = run_concurrently(rows, prompts, opts.clients, opts.max_new_tokens, log)
     report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
     return result
 
@@ -120,6 +124,16 @@ def _markdown(result: dict) -> list[str]:
               for name, counts in result["runtimes"].items() if not name.startswith("target alone")]
     if routed:
         lines += ["Generations by target runtime: " + "; ".join(routed) + ".", ""]
-    return lines + report.table(["set", "row", "prompts", "tokens/s", "vs " + (ref or "-"), "accepted / drafted",
-                                 "tokens per target forward", f"equal to {ref or '-'}"]
-                                + (["first token (s, median)", "latency p50 / p95 (s)"] if served else []), cells)
+    lines += report.table(["set", "row", "prompts", "tokens/s", "vs " + (ref or "-"), "accepted / drafted",
+                           "tokens per target forward", f"equal to {ref or '-'}"]
+                          + (["first token (s, median)", "latency p50 / p95 (s)"] if served else []), cells)
+    together = result.get("concurrent")
+    if together:
+        n = max(c["clients"] for c in together.values())
+        lines += ["", f"{n} clients at once, each on conversations of its own, the rows one after the other:", ""]
+        lines += report.table(["row", "requests", "aggregate tokens/s", "latency p50 / p95 (s)", "first token (s)",
+                               "failed"],
+                              [[name, c["requests"], c["aggregate_tokens_per_s"],
+                                f"{c['latency_p50_s']} / {c['latency_p95_s']}", c["first_token_s"],
+                                len(c["failed"]) or "-"] for name, c in together.items()])
+    return lines

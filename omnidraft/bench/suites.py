@@ -50,7 +50,8 @@ class Options:
     """``counts``: prompts per set (prompts.py SETS; None: the suite's); ``rows``: the rows to run
     (ROWS' keys; None: the suite's); ``dtype``: the eager models' dtype (the product's own runtimes
     are `omnidraft pair`'s choice); ``adapters``: adapter versions the ``adapters`` suite runs
-    beside the latest and none."""
+    beside the latest and none; ``clients``: the serve suite's clients at once in its second
+    phase (0: none)."""
 
     drafter: str = DEFAULT_DRAFTER
     target: str = "qwen2.5-coder-0.5b"
@@ -60,12 +61,15 @@ class Options:
     dtype: str = "bf16"
     rows: tuple[str, ...] | None = None
     adapters: tuple[str, ...] = ()
+    clients: int = 0
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise OmniDraftError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.threads < 1:
             raise OmniDraftError(f"threads must be >= 1, got {self.threads}")
+        if self.clients < 0:
+            raise OmniDraftError(f"clients must be >= 0, got {self.clients}")
         if self.dtype not in ("fp32", "bf16"):
             raise OmniDraftError(f"dtype must be fp32 or bf16, got {self.dtype!r}")
         for name, n in (self.counts or {}).items():
@@ -81,7 +85,8 @@ class Options:
         return {"drafter": self.drafter, "target": self.target, "counts": dict(sorted(self.counts.items())),
                 "max_new_tokens": self.max_new_tokens, "threads": self.threads, "dtype": self.dtype,
                 "rows": list(self.rows) if self.rows else None, **({"adapters": list(self.adapters)}
-                                                                   if self.adapters else {})}
+                                                                   if self.adapters else {}),
+                **({"clients": self.clients} if self.clients else {})}
 
 
 @dataclass(frozen=True)
@@ -150,12 +155,15 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                 built[key] = row
 
 
-def _rows(default: tuple[str, ...], *, adapters: bool = False):
+def _rows(default: tuple[str, ...], *, adapters: bool = False, clients: bool = False):
     """A suite's builder: ``opts.rows`` (or ``default``) checked against ROWS and built in that order;
-    ``adapters``: the suite runs ``opts.adapters`` (elsewhere they are an error, not ignored)."""
+    ``adapters`` / ``clients``: the suite runs ``opts.adapters`` / ``opts.clients`` (elsewhere they
+    are an error, not ignored)."""
     def build(opts: Options, log) -> dict:
         if opts.adapters and not adapters:
             raise OmniDraftError("--adapters is for the adapters suite", "use product@VERSION in --rows here")
+        if opts.clients and not clients:
+            raise OmniDraftError("--clients is for the serve suite", "its rows are servers")
         wanted = opts.rows or default
         for key in wanted:
             if key.partition("@")[0] not in ROWS:
@@ -181,7 +189,7 @@ SUITES = {
     "serve": Suite("serve", "Is `omnidraft serve` faster than the servers an app would otherwise run, driven as an app "
                    "drives them (the openai SDK, streamed), and is its greedy text the target's own?",
                    _rows(("serve-target", "serve", "llamacpp-server", "llamacpp-server-lookup", "llama-server",
-                          "llama-server-ngram")), "serve-target", {"conversations": 6}),
+                          "llama-server-ngram"), clients=True), "serve-target", {"conversations": 6}),
     "adapters": Suite("adapters", "Does the published adapter beat other versions and the drafter unadapted on "
                       "held-out prompts, as a user runs the pair?", _adapter_rows, "target",
                       {"code": 8, "chat": 6, "sharegpt": 6}),

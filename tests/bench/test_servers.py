@@ -2,7 +2,8 @@
 the pair and with the target alone, each its own process driven through the `openai` SDK, their
 greedy texts equal (fp32) on every turn of a three-turn conversation (the earlier turns answered
 by the target alone's server for both) and a completion, the pair's target forwards read from
-its usage, the first token (by turn too) and latency percentiles kept, and every server stopped; a server that exits before serving is a one-line error."""
+its usage, the first token (by turn too) and latency percentiles kept, then two clients at once
+on each server (each with whole conversations), and every server stopped; a server that exits before serving is a one-line error."""
 
 import sys
 
@@ -32,7 +33,7 @@ def test_omnidraft_serve_beside_its_target_alone_through_the_sdk(tmp_path, monke
     monkeypatch.setattr(servers.ServerRow, "__init__", keep)
     drafter, target = models
     opts = Options(drafter, target, {"code": 1, "conversations": 1}, max_new_tokens=8, threads=1, dtype="fp32",
-                   rows=("serve-target", "serve"))
+                   rows=("serve-target", "serve"), clients=2)
     got = run_suite(suite("serve"), opts, out=tmp_path / "results")
     pair, alone = got["rows"]["omnidraft serve"], got["rows"]["omnidraft serve (target alone)"]
     assert got["reference"] == "omnidraft serve (target alone)" and pair["prompts"] == alone["prompts"] == 4
@@ -42,10 +43,30 @@ def test_omnidraft_serve_beside_its_target_alone_through_the_sdk(tmp_path, monke
     assert list(got["turns"]) == ["turn 1", "turn 2", "turn 3"]  # the completion is a first turn
     assert [got["turns"][t]["omnidraft serve"]["prompts"] for t in got["turns"]] == [2, 1, 1]
     assert "first token (s, median)" in sorted((tmp_path / "results").glob("bench-serve-*.md"))[-1].read_text()
+    together = got["concurrent"]
+    assert set(together) == set(got["rows"]) and all(c["requests"] == 4 and c["clients"] == 2 and not c["failed"]
+                                                      for c in together.values())
+    assert "2 clients at once" in sorted((tmp_path / "results").glob("bench-serve-*.md"))[-1].read_text()
     assert len(started) == 2 and all(r.proc.poll() is not None for r in started)  # stopped
 
 
+def test_clients_get_whole_conversations_in_order():
+    from omnidraft.bench.concurrent import clients_of
+    from omnidraft.bench.prompts import prompt_sets
+
+    prompts = prompt_sets({"conversations": 3, "code": 1})
+    shares = clients_of(prompts, 2)
+    assert sorted(p.text for s in shares for p in s) == sorted(p.text for p in prompts)
+    for share in shares:
+        for p in share:
+            if p.earlier:  # its earlier turns' prompts come before it, on the same client
+                assert [q.text for q in share if q.earlier == p.earlier[:-1] and q.text == p.earlier[-1]]
+                assert share.index(p) > next(i for i, q in enumerate(share) if q.text == p.earlier[-1])
+
+
 def test_a_server_that_exits_before_serving_is_a_one_line_error(tmp_path):
+    with pytest.raises(OmniDraftError, match="--clients is for the serve suite"):
+        suite("pair").build(Options(clients=2), lambda s: None)
     with pytest.raises(OmniDraftError, match="exited with code 3 before serving") as err:
         ServerRow("broken", [sys.executable, "-c", "print('no model here'); raise SystemExit(3)"], None,
                   health="/health", key_flag="--api-key", threads=1, log=lambda s: None)
