@@ -105,42 +105,10 @@ def _cmd_export(args) -> int:
     return 0
 
 
-COSTS_ONLY = ("widths", "reps", "rounds", "quants", "no_eager", "agreement")
-PROMPTS_ONLY = ("code", "chat", "sharegpt", "copy", "conversations", "rows", "adapters", "clients")
-
-
 def _cmd_bench(args) -> int:
-    from omnidraft.bench.run import run_suite
-    from omnidraft.bench.suites import SUITES, Options, suite
+    from omnidraft.bench.command import run_command
 
-    log = lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True)  # noqa: E731
-    wrong = PROMPTS_ONLY if args.suite == "costs" else COSTS_ONLY
-    given = [f"--{k.replace('_', '-')}" for k in wrong if getattr(args, k) not in (None, False)]
-    if given and (args.suite == "costs" or args.suite in SUITES):
-        raise OmniDraftError(f"{', '.join(given)}: not an option of the {args.suite} suite",
-                             "see omnidraft bench --help (costs: --widths --reps --rounds --quants --no-eager "
-                             "--agreement)")
-    if args.suite == "costs":
-        from omnidraft.bench.costs import CostOptions, run_costs
-
-        split = lambda text, cast=str: tuple(cast(x) for x in text.split(",") if x.strip())  # noqa: E731
-        try:
-            given = {k: v for k, v in (("widths", args.widths and split(args.widths, int)), ("reps", args.reps),
-                                       ("rounds", args.rounds), ("quants", args.quants and split(args.quants)),
-                                       ("agreement", args.agreement)) if v is not None}
-        except ValueError:
-            raise OmniDraftError(f"--widths must be comma-separated integers, got {args.widths!r}") from None
-        run_costs(CostOptions(args.drafter, args.target, threads=args.threads, max_new_tokens=args.max_new_tokens,
-                              eager=not args.no_eager, **given), out=args.out, keep=not args.no_history, log=log)
-        return 0
-    chosen = suite(args.suite)
-    rows = tuple(r.strip() for r in args.rows.split(",") if r.strip()) if args.rows else None
-    counts = {k: getattr(args, k) for k in ("code", "chat", "sharegpt", "copy", "conversations")
-              if getattr(args, k) is not None}
-    adapters = tuple(v.strip() for v in args.adapters.split(",") if v.strip()) if args.adapters else ()
-    opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
-                   args.max_new_tokens, args.threads, args.dtype, rows, adapters, args.clients or 0)
-    run_suite(chosen, opts, out=args.out, keep=not args.no_history, log=log)
+    run_command(args, lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
     return 0
 
 

@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print one JSON object")
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
-    be.add_argument("suite", help="the suite: pair, copy, adapters, serve or costs (docs/benchmarks.md)")
+    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, costs or export (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
     for name in ("code", "chat", "sharegpt", "copy", "conversations"):
@@ -237,7 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--widths", default=None, help="costs: comma-separated tokens per timed call (default "
                     "1,2,3,4,5,6,8,12,16)")
     be.add_argument("--reps", type=int, default=None, help="costs: timed calls per width and round (default 7)")
-    be.add_argument("--rounds", type=int, default=None, help="costs: passes over the runtimes (default 3)")
+    be.add_argument("--rounds", type=int, default=None, help="costs: passes over the runtimes (default 3); "
+                    "export: exports per model and setting (default 1)")
+    be.add_argument("--models", default=None, help="export: comma-separated models, the first exported as a "
+                    "drafter (default smollm2-135m,qwen2.5-coder-0.5b)")
+    be.add_argument("--settings", default=None, help="export: comma-separated shortcut settings of none, passes, "
+                    "one-process, shipped (default one-process,shipped)")
     be.add_argument("--quants", default=None, help="costs: the target programs' schemes to time (default 8da8w)")
     be.add_argument("--no-eager", action="store_true", help="costs: leave transformers out (slow on AVX2 CPUs)")
     be.add_argument("--agreement", type=int, default=None, help="costs: prompts for top-1 agreement with fp32 "

@@ -2,7 +2,7 @@
 
 Knows the command-line options every script has (drafter and target names, dtype, threads,
 draft length, new tokens, prompt count, output folder), the torch thread and seed setup, the
-mixed HumanEval + chat prompt lists, the stderr progress log, and running clients concurrently.
+mixed HumanEval + chat prompt lists and the stderr progress log.
 Does not know what a benchmark measures, its own options, or how its results are written
 (benchio.py).
 """
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
-import time
 from typing import Callable
 
 
@@ -69,14 +67,3 @@ def prompt_mix(code: int, chat: int, *, code_start: int = 0, chat_start: int = 0
 
     return [(p, False) for p in humaneval(limit=code, start=code_start)] + \
         [(p, True) for p in CHAT_PROMPTS[chat_start: chat_start + chat]]
-
-
-def concurrently(client: Callable[[int], None], n: int) -> float:
-    """Run ``client(0..n-1)`` in n threads at once; the wall seconds until all have returned."""
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0

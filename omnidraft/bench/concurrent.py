@@ -1,8 +1,8 @@
 """Several clients at once on each server row: the serve suite's second phase. Each client is a
 thread with conversations of its own (a conversation's turns in order, on one client); the rows
-run one after the other, so a row is measured with only its own clients on the machine. Per row: the requests' total tokens
-over the wall time from the first request to the last answer (aggregate tokens/s), and each
-request's latency and first token (p50 / p95).
+run one after the other, so a row is measured with only its own clients on the machine. Per row:
+the requests' total tokens over the wall time from the first request to the last answer
+(aggregate tokens/s), and each request's latency and first token (p50 / p95).
 
 Knows rows and threads; nothing about what a row runs.
 """

@@ -4,7 +4,8 @@ options, as llama.cpp's compare-llama-bench compares two builds: each row's toke
 now, and the commits between.
 
 Knows the result's layout (``suite``, ``cpu``, ``options``, ``commit``, ``rows``: name ->
-{"tokens_per_s", ...}); nothing about how rows ran.
+{"tokens_per_s", ...}; a result whose rows are not rates names its figure in ``headline``, e.g.
+export seconds); nothing about how rows ran.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 def entry(result: dict) -> dict:
     """What the history keeps of a result: its stamp, options and each row's summary figures."""
-    keep = ("suite", "date", "commit", "dirty", "options")
+    keep = ("suite", "date", "commit", "dirty", "options", "headline")
     rows = {name: {k: v for k, v in row.items() if k != "per_prompt"} for name, row in result["rows"].items()}
     return {**{k: result.get(k) for k in keep}, "cpu": result["cpu"]["model"], "threads": result.get("threads"),
             "rows": rows}
@@ -49,17 +50,20 @@ def append(path: Path, result: dict) -> dict | None:
 
 
 def changes(before: dict | None, result: dict) -> list[str]:
-    """Lines saying each row's tokens/s now against ``before`` (the last comparable entry)."""
+    """Lines saying each row's headline figure (tokens/s unless the result names another) now
+    against ``before`` (the last comparable entry)."""
     if before is None:
         return ["First run of this suite here with these options: nothing to compare with."]
     was = f"{(before.get('commit') or '?')[:9]}{' (dirty)' if before.get('dirty') else ''}"
     now = f"{(result.get('commit') or '?')[:9]}{' (dirty)' if result.get('dirty') else ''}"
     lines = [f"Against the last run ({before.get('date', '?')[:16]}, {was}) now at {now}:"]
+    key = result.get("headline", "tokens_per_s")
+    unit = "tokens/s" if key == "tokens_per_s" else key.replace("_", " ")
     for name, row in result["rows"].items():
-        old = before["rows"].get(name, {}).get("tokens_per_s")
-        new = row.get("tokens_per_s")
+        old = before["rows"].get(name, {}).get(key)
+        new = row.get(key)
         if old and new:
-            lines.append(f"- {name}: {new:.2f} tokens/s, was {old:.2f} ({(new / old - 1) * 100:+.1f}%)")
+            lines.append(f"- {name}: {new:.2f} {unit}, was {old:.2f} ({(new / old - 1) * 100:+.1f}%)")
         else:
-            lines.append(f"- {name}: {new if new is not None else '-'} tokens/s, new row")
+            lines.append(f"- {name}: {new if new is not None else '-'} {unit}, new row")
     return lines

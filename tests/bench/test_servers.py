@@ -3,7 +3,8 @@ the pair and with the target alone, each its own process driven through the `ope
 greedy texts equal (fp32) on every turn of a three-turn conversation (the earlier turns answered
 by the target alone's server for both) and a completion, the pair's target forwards read from
 its usage, the first token (by turn too) and latency percentiles kept, then two clients at once
-on each server (each with whole conversations), and every server stopped; a server that exits before serving is a one-line error."""
+on each server (each with whole conversations), and every server stopped; a server that exits
+before serving is a one-line error."""
 
 import sys
 

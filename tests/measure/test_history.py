@@ -33,3 +33,16 @@ def test_only_runs_with_the_same_options_are_compared_and_a_torn_line_is_skipped
         f.write("\n")
     assert history.append(path, result(30.0, code=4)) is None  # other options: nothing comparable
     assert history.append(path, result(25.0))["rows"]["omnidraft pair"]["tokens_per_s"] == 20.0
+
+
+def test_a_result_whose_rows_are_not_rates_is_compared_by_its_headline(tmp_path):
+    path = tmp_path / "history.jsonl"
+
+    def export(seconds: float) -> dict:
+        return {"suite": "export", "date": "2026-12-02T07:00:00+00:00", "commit": "c" * 40, "dirty": False,
+                "cpu": {"model": "Xeon", "line": "..."}, "threads": 2, "options": {}, "headline": "seconds",
+                "rows": {"smollm2-135m": {"seconds": seconds, "role": "drafter"}}}
+
+    history.append(path, export(40.0))
+    before = history.append(path, export(30.0))
+    assert "- smollm2-135m: 30.00 seconds, was 40.00 (-25.0%)" in history.changes(before, export(30.0))

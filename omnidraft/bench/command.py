@@ -1,0 +1,68 @@
+"""`omnidraft bench SUITE`: the parsed options checked against the suite (an option another suite
+takes is a one-line error naming it, never ignored) and handed to the suite's runner: the prompt
+suites (bench/suites.py, run by bench/run.py), ``costs`` (bench/costs.py) and ``export``
+(bench/export_time.py).
+
+Knows the options each suite takes; nothing about what they measure.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from omnidraft.errors import OmniDraftError
+
+SETS = ("code", "chat", "sharegpt", "copy", "conversations")
+OWN = {"widths": ("costs",), "reps": ("costs",), "quants": ("costs",), "no_eager": ("costs",),
+       "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",)}
+
+
+def _split(text: str | None, cast=str) -> tuple | None:
+    return None if text is None else tuple(cast(x.strip()) for x in text.split(",") if x.strip())
+
+
+def run_command(args, log: Callable[[str], None]) -> dict:
+    """Run the suite ``args.suite`` names with the options ``args`` (an argparse namespace) holds."""
+    from omnidraft.bench.suites import SUITES
+
+    known = (*SUITES, "costs", "export")
+    if args.suite not in known:
+        raise OmniDraftError(f"unknown benchmark suite {args.suite!r}", f"use one of {', '.join(known)}")
+    prompt_options = (*SETS, "rows", "adapters", "clients")
+    own = {**OWN, **{k: tuple(SUITES) for k in prompt_options}}
+    given = [f"--{k.replace('_', '-')}" for k, suites in own.items()
+             if getattr(args, k) not in (None, False) and args.suite not in suites]
+    if given:
+        raise OmniDraftError(f"{', '.join(given)}: not an option of the {args.suite} suite",
+                             "see omnidraft bench --help")
+    if args.suite == "costs":
+        return _costs(args, log)
+    if args.suite == "export":
+        from omnidraft.bench.export_time import ExportOptions, run_export
+
+        opts = ExportOptions(**{k: v for k, v in (("models", _split(args.models)),
+                                                  ("settings", _split(args.settings)),
+                                                  ("rounds", args.rounds)) if v is not None})
+        return run_export(opts, out=args.out, keep=not args.no_history, log=log)
+    from omnidraft.bench.run import run_suite
+    from omnidraft.bench.suites import Options, suite
+
+    counts = {k: getattr(args, k) for k in SETS if getattr(args, k) is not None}
+    opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
+                   args.max_new_tokens, args.threads, args.dtype, _split(args.rows), _split(args.adapters) or (),
+                   args.clients or 0)
+    return run_suite(suite(args.suite), opts, out=args.out, keep=not args.no_history, log=log)
+
+
+def _costs(args, log) -> dict:
+    from omnidraft.bench.costs import CostOptions, run_costs
+
+    try:
+        widths = _split(args.widths, int)
+    except ValueError:
+        raise OmniDraftError(f"--widths must be comma-separated integers, got {args.widths!r}") from None
+    given = {k: v for k, v in (("widths", widths), ("reps", args.reps), ("rounds", args.rounds),
+                               ("quants", _split(args.quants)), ("agreement", args.agreement)) if v is not None}
+    opts = CostOptions(args.drafter, args.target, threads=args.threads, max_new_tokens=args.max_new_tokens,
+                       eager=not args.no_eager, **given)
+    return run_costs(opts, out=args.out, keep=not args.no_history, log=log)
