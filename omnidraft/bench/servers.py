@@ -155,6 +155,7 @@ def llamacpp_python_server(target: str, tok, log, *, threads: int, lookup: bool 
         return None
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(llamacpp_gguf(target, log)), "--n_ctx", "4096",
            "--n_threads", str(threads), "--n_threads_batch", str(threads), "--model_alias", target,
+           "--interrupt_requests", "false",  # queue a request arriving mid-answer (its default cuts the answer short)
            *(["--draft_model", "prompt-lookup-decoding"] if lookup else [])]
     return ServerRow("llama-cpp-python server" + (", prompt lookup" if lookup else ""), cmd, tok,
                      health="/v1/models", key_flag="--api_key", threads=threads, log=log)
