@@ -16,7 +16,7 @@ PACKAGES = {"omnidraft": "omnidraft", "omnidraft.device": "device", "omnidraft.e
 # imports only what stands on a lower floor. A new package must be given its floor here.
 FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.quiet"],
           ["omnidraft.sampling", "omnidraft.turns", "omnidraft.prompts", "omnidraft.models", "omnidraft.translate", "omnidraft.adapters"],
-          ["omnidraft.copy_prompts", "omnidraft.propose"],
+          ["omnidraft.copy_prompts", "omnidraft.conversations", "omnidraft.propose"],
           ["omnidraft.decode"],
           ["omnidraft.export", "omnidraft.remote"],
           ["omnidraft.device"],
