@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from omnidraft.bench.prompts import SETS
 from omnidraft.errors import OmniDraftError
 
-SETS = ("code", "chat", "sharegpt", "copy", "conversations")
 OWN = {"widths": ("costs",), "reps": ("costs",), "quants": ("costs",), "no_eager": ("costs",),
        "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",)}
 

@@ -14,7 +14,7 @@ nothing about interleaving or reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Callable, Protocol
 
 from omnidraft.measure.tally import Tally, figures
 from omnidraft.pairs.settings import Runtime
@@ -44,6 +44,14 @@ class Prompt:
         for turn, answer in zip(self.earlier, self.answers):
             out += [{"role": "user", "content": turn}, {"role": "assistant", "content": answer}]
         return out + [{"role": "user", "content": self.text}]
+
+    def answered(self, ask: Callable[["Prompt"], str]) -> "Prompt":
+        """This prompt with its earlier turns answered by ``ask``, each asked as the last turn of the
+        conversation so far (its own earlier answers included)."""
+        answers: tuple[str, ...] = ()
+        for i, turn in enumerate(self.earlier):
+            answers += (ask(replace(self, text=turn, earlier=self.earlier[:i], answers=answers)),)
+        return replace(self, answers=answers)
 
     def ids(self, tok) -> list[int]:
         """Its token ids for ``tok``: the conversation, or the text (through the template with ``chat``)."""
@@ -94,13 +102,11 @@ class SessionRow:
 
     def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:
         """``prompt`` with its earlier turns answered greedily by this row, each in its conversation so far."""
-        answers: tuple[str, ...] = ()
-        for i, turn in enumerate(prompt.earlier):
+        def ask(turn: Prompt) -> str:
             self.session.new_conversation()
-            asked = replace(prompt, text=turn, earlier=prompt.earlier[:i], answers=answers)
-            got = self.session.generate(asked.messages() or turn, chat=True, max_new_tokens=max_new_tokens)
-            answers += (got.text,)
-        return replace(prompt, answers=answers)
+            return self.session.generate(turn.messages() or turn.text, chat=True, max_new_tokens=max_new_tokens).text
+
+        return prompt.answered(ask)
 
 
 def product(drafter: str, target: str, runtime: Runtime = Runtime(), *, adapter: str = "latest",

@@ -71,8 +71,10 @@ def _run(suite: Suite, opts: Options, stamped: dict, prompts: list, built: dict,
               "turns": {g: {n: _summary(t, ts, reference, n) for n, t in ts.items()} for g, ts in by_turn.items()}}
     if opts.clients:  # the serve suite's second phase
         from omnidraft.bench.concurrent import run_concurrently
+        from omnidraft.bench.servers import ServerRow
 
-        result["concurrent"] = run_concurrently(rows, prompts, opts.clients, opts.max_new_tokens, log)
+        servers = [r for r in rows if isinstance(r, ServerRow)]  # an in-process row serves one caller
+        result["concurrent"] = run_concurrently(servers, prompts, opts.clients, opts.max_new_tokens, log)
     report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
     return result
 

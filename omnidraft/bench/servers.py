@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -88,11 +87,7 @@ class ServerRow:
 
     def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:
         """``prompt`` with its earlier turns answered by this server, each in its conversation so far."""
-        answers: tuple[str, ...] = ()
-        for i, turn in enumerate(prompt.earlier):
-            text, _ = self._ask(replace(prompt, text=turn, earlier=prompt.earlier[:i], answers=answers), max_new_tokens)
-            answers += (text,)
-        return replace(prompt, answers=answers)
+        return prompt.answered(lambda turn: self._ask(turn, max_new_tokens)[0])
 
     def _ask(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, Run]:
         """One streamed request: the answer's text and what it took."""

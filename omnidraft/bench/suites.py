@@ -12,7 +12,8 @@ ratios are to. Every suite's reference is the target alone on the product's runt
 - ``adapters``: the published adapter against other versions (``Options.adapters``) and the
   drafter unadapted, each the product through Session, beside the target alone and llama.cpp.
 - ``serve``: `omnidraft serve` against the servers an app would otherwise run, each driven
-  through the ``openai`` SDK (bench/servers.py), on every turn of three-turn conversations.
+  through the ``openai`` SDK (bench/servers.py), on every turn of three-turn conversations, and
+  transformers' assisted generation in process (no server ships it; not in the clients phase).
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
@@ -189,7 +190,7 @@ SUITES = {
     "serve": Suite("serve", "Is `omnidraft serve` faster than the servers an app would otherwise run, driven as an app "
                    "drives them (the openai SDK, streamed), and is its greedy text the target's own?",
                    _rows(("serve-target", "serve", "llamacpp-server", "llamacpp-server-lookup", "llama-server",
-                          "llama-server-ngram"), clients=True), "serve-target", {"conversations": 6}),
+                          "llama-server-ngram", "assisted"), clients=True), "serve-target", {"conversations": 6}),
     "adapters": Suite("adapters", "Does the published adapter beat other versions and the drafter unadapted on "
                       "held-out prompts, as a user runs the pair?", _adapter_rows, "target",
                       {"code": 8, "chat": 6, "sharegpt": 6}),
