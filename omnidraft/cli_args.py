@@ -218,14 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print one JSON object")
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
-    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, costs or export (docs/benchmarks.md)")
+    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, costs, export or usage "
+                    "(docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
     for name in ("code", "chat", "sharegpt", "copy", "conversations"):
         be.add_argument(f"--{name}", type=int, default=None,
                         help=f"{name} prompts (any of these flags: only the sets named; none: the suite's own; "
-                        "conversations: each turn of N three-turn conversations)")
-    be.add_argument("--max-new-tokens", type=int, default=96)
+                        "conversations: each turn of N three-turn conversations; usage: the stream's code and chat "
+                        "prompts)")
+    be.add_argument("--max-new-tokens", type=int, default=None, help="new tokens a prompt (default 96; usage: "
+                    "a held-out prompt's, 64)")
     be.add_argument("--threads", type=int, default=2)
     be.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="the eager models' dtype")
     be.add_argument("--rows", default=None, help="comma-separated rows to run (default: the suite's; "
@@ -247,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--no-eager", action="store_true", help="costs: leave transformers out (slow on AVX2 CPUs)")
     be.add_argument("--agreement", type=int, default=None, help="costs: prompts for top-1 agreement with fp32 "
                     "(default 6; 0: none)")
+    be.add_argument("--held", type=int, default=None, help="usage: held-out prompts of each kind (default 12)")
+    be.add_argument("--stream-tokens", type=int, default=None, help="usage: new tokens a stream prompt (default 48)")
+    be.add_argument("--measure-every", type=int, default=None, help="usage: stream prompts between held-out "
+                    "measurements (default 50)")
+    be.add_argument("--k", type=int, default=None, help="usage: a fixed draft length (default: the cost model's)")
+    be.add_argument("--daemon-config", default=None, help="usage: JSON file of the daemon's RoundConfig")
+    be.add_argument("--drain-minutes", type=float, default=None, help="usage: after the stream, how long to wait "
+                    "for the daemon to train on the rest (default 20)")
     be.add_argument("--out", default="bench/results", help="where results and their history are written")
     be.add_argument("--no-history", action="store_true", help="neither compare with nor add to the history")
     dm = sub.add_parser("daemon", help="the background fine-tuning daemon")

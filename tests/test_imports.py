@@ -23,7 +23,8 @@ FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.qu
           ["omnidraft.pairs", "omnidraft.measure"],
           ["omnidraft.train", "omnidraft.vllm"],
           ["omnidraft.session"],
-          ["omnidraft.jobs", "omnidraft.serve", "omnidraft.bench"],
+          ["omnidraft.jobs", "omnidraft.serve"],
+          ["omnidraft.bench"],
           ["omnidraft.tools"],
           ["omnidraft.cli_args"],
           ["omnidraft.cli", "omnidraft"]]

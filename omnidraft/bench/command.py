@@ -1,7 +1,7 @@
 """`omnidraft bench SUITE`: the parsed options checked against the suite (an option another suite
 takes is a one-line error naming it, never ignored) and handed to the suite's runner: the prompt
-suites (bench/suites.py, run by bench/run.py), ``costs`` (bench/costs.py) and ``export``
-(bench/export_time.py).
+suites (bench/suites.py, run by bench/run.py), ``costs`` (bench/costs.py), ``export``
+(bench/export_time.py) and ``usage`` (bench/usage.py).
 
 Knows the options each suite takes; nothing about what they measure.
 """
@@ -14,7 +14,14 @@ from omnidraft.bench.prompts import SETS
 from omnidraft.errors import OmniDraftError
 
 OWN = {"widths": ("costs",), "reps": ("costs",), "quants": ("costs",), "no_eager": ("costs",),
-       "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",)}
+       "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",),
+       "held": ("usage",), "stream_tokens": ("usage",), "measure_every": ("usage",), "k": ("usage",),
+       "daemon_config": ("usage",), "drain_minutes": ("usage",)}
+NEW_TOKENS = 96  # --max-new-tokens where the suite is not usage
+
+
+def _new_tokens(args) -> int:
+    return NEW_TOKENS if args.max_new_tokens is None else args.max_new_tokens
 
 
 def _split(text: str | None, cast=str) -> tuple | None:
@@ -25,11 +32,11 @@ def run_command(args, log: Callable[[str], None]) -> dict:
     """Run the suite ``args.suite`` names with the options ``args`` (an argparse namespace) holds."""
     from omnidraft.bench.suites import SUITES
 
-    known = (*SUITES, "costs", "export")
+    known = (*SUITES, "costs", "export", "usage")
     if args.suite not in known:
         raise OmniDraftError(f"unknown benchmark suite {args.suite!r}", f"use one of {', '.join(known)}")
-    prompt_options = (*SETS, "rows", "adapters", "clients")
-    own = {**OWN, **{k: tuple(SUITES) for k in prompt_options}}
+    own = {**OWN, **{k: tuple(SUITES) for k in (*SETS, "adapters", "clients")}, "rows": (*SUITES, "usage"),
+           "code": (*SUITES, "usage"), "chat": (*SUITES, "usage"), "max_new_tokens": (*SUITES, "costs", "usage")}
     given = [f"--{k.replace('_', '-')}" for k, suites in own.items()
              if getattr(args, k) not in (None, False) and args.suite not in suites]
     if given:
@@ -44,12 +51,14 @@ def run_command(args, log: Callable[[str], None]) -> dict:
                                                   ("settings", _split(args.settings)),
                                                   ("rounds", args.rounds)) if v is not None})
         return run_export(opts, out=args.out, keep=not args.no_history, log=log)
+    if args.suite == "usage":
+        return _usage(args, log)
     from omnidraft.bench.run import run_suite
     from omnidraft.bench.suites import Options, suite
 
     counts = {k: getattr(args, k) for k in SETS if getattr(args, k) is not None}
     opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
-                   args.max_new_tokens, args.threads, args.dtype, _split(args.rows), _split(args.adapters) or (),
+                   _new_tokens(args), args.threads, args.dtype, _split(args.rows), _split(args.adapters) or (),
                    args.clients or 0)
     return run_suite(suite(args.suite), opts, out=args.out, keep=not args.no_history, log=log)
 
@@ -63,6 +72,18 @@ def _costs(args, log) -> dict:
         raise OmniDraftError(f"--widths must be comma-separated integers, got {args.widths!r}") from None
     given = {k: v for k, v in (("widths", widths), ("reps", args.reps), ("rounds", args.rounds),
                                ("quants", _split(args.quants)), ("agreement", args.agreement)) if v is not None}
-    opts = CostOptions(args.drafter, args.target, threads=args.threads, max_new_tokens=args.max_new_tokens,
+    opts = CostOptions(args.drafter, args.target, threads=args.threads, max_new_tokens=_new_tokens(args),
                        eager=not args.no_eager, **given)
     return run_costs(opts, out=args.out, keep=not args.no_history, log=log)
+
+
+def _usage(args, log) -> dict:
+    from omnidraft.bench.usage import UsageOptions, run_usage
+
+    given = {k: getattr(args, k) for k in ("code", "chat", "held", "stream_tokens", "max_new_tokens", "k",
+                                            "measure_every", "daemon_config", "drain_minutes")
+             if getattr(args, k) is not None}
+    rows = _split(args.rows)
+    opts = UsageOptions(args.drafter, args.target, threads=args.threads, dtype=args.dtype,
+                        **given, **({"rows": rows} if rows is not None else {}))
+    return run_usage(opts, out=args.out, keep=not args.no_history, log=log)

@@ -160,7 +160,7 @@ def _verdict(before: dict, after: dict, result: dict) -> str:
             return f"a measured improvement on prompts never trained on: {measured} (one-sided p = {p:.2g})"
     return (f"no measured improvement on these prompts ({measured}): {why}; one round on "
             f"{len(result.get('record_ids', ()))} records moves a drafter little, and the daemon "
-            "(`omnidraft daemon start`) keeps training with use (scripts/bench_usage.py measures it)")
+            "(`omnidraft daemon start`) keeps training with use (`omnidraft bench usage` measures it)")
 
 
 def _p_rose(before: dict, after: dict) -> float:

@@ -11,7 +11,7 @@ import time
 from omnidraft.pairs.spec import PairSpec, log_path, save_spec
 from omnidraft.train.verlog import VerificationLog
 
-IDLE_S = 20.0  # 40 polls; the budget, 1% of it, is 20 clock ticks of CPU time
+IDLE_S = 10.0  # 20 polls; the budget, 1% of it, is 10 clock ticks of CPU time
 
 
 def _cpu_s(pid: int) -> float:

@@ -1,0 +1,281 @@
+"""The ``usage`` suite: does the pair get faster with use, as a user experiences it? (#20)
+
+A stream of prompts (HumanEval code problems and ShareGPT first turns through the chat template,
+alternating) is generated through ``Session`` with the product's defaults, a training record
+logged per generation, while the real fine-tuning daemon (`omnidraft daemon run`, its own
+process) trains beside it and publishes adapter versions the Session picks up between
+generations. Every ``measure_every`` stream prompts, when a newer version exists, a fixed
+held-out set (code and chat prompts never in the stream) is generated unlogged with the daemon
+frozen (SIGSTOP: the cores are the Session's while it is timed). Before the stream, per held-out
+prompt with the rows rotated (measure/interleave.py): the starting pair, the target alone on the
+same runtime, llama.cpp alone and transformers' assisted generation (``rows``); after it, once
+the daemon has trained on everything, the last version and the target alone again.
+
+It runs in a scratch home (``<home>/usage-runs/<stamp>``) whose models, programs and
+vocabularies are the real home's, so the pair starts where `omnidraft pair` leaves a fresh home.
+Rows of the result: each measurement by a stable name (the history compares "last version" run
+to run); the curve over stream prompts is ``measurements``.
+
+Knows Session, the daemon's start/stop/status and the bench rows; the report is usage_report.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.pairs.spec import DEFAULT_DRAFTER
+
+QUESTION = "Does the pair get faster with use, as a user experiences it (the real daemon training beside it)?"
+SHARED = ("models", "programs", "vocab", "gguf", "packages")  # linked from the real home
+BASELINES = ("llamacpp", "assisted")
+POLL_S = 2.0  # the daemon's poll period here: a run of hours should not wait 10 s per look
+
+
+@dataclass(frozen=True)
+class UsageOptions:
+    """``code`` / ``chat``: stream prompts of each kind; ``held``: held-out prompts of each kind
+    (the last HumanEval problems, ShareGPT turns after the stream's); ``stream_tokens`` /
+    ``max_new_tokens``: new tokens per stream / held-out prompt; ``k``: a fixed draft length (None:
+    the cost model's); ``daemon_config``: a JSON file of the daemon's RoundConfig; ``rows``: the
+    baselines beside the pair and the target alone (BASELINES)."""
+
+    drafter: str = DEFAULT_DRAFTER
+    target: str = "qwen2.5-coder-1.5b"
+    code: int = 150
+    chat: int = 150
+    held: int = 12
+    stream_tokens: int = 48
+    max_new_tokens: int = 64
+    threads: int = 2
+    dtype: str = "bf16"
+    k: int | None = None
+    measure_every: int = 50
+    daemon_config: str | None = None
+    drain_minutes: float = 20.0
+    calibration_s: float = 60.0
+    rows: tuple[str, ...] = BASELINES
+
+    def __post_init__(self):
+        for name in ("code", "chat", "held"):
+            if getattr(self, name) < 0:
+                raise OmniDraftError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.code + self.chat == 0 or self.held == 0:
+            raise OmniDraftError("usage needs stream prompts and held-out prompts", "--code/--chat and --held >= 1")
+        for name in ("stream_tokens", "max_new_tokens", "threads", "measure_every"):
+            if getattr(self, name) < 1:
+                raise OmniDraftError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.dtype not in ("fp32", "bf16"):
+            raise OmniDraftError(f"dtype must be fp32 or bf16, got {self.dtype!r}")
+        bad = [r for r in self.rows if r not in BASELINES]
+        if bad:
+            raise OmniDraftError(f"no usage row {bad[0]!r}", f"the baselines are {', '.join(BASELINES)} (the pair and "
+                                 "the target alone always run)")
+        if self.daemon_config is not None and not Path(self.daemon_config).is_file():
+            raise OmniDraftError(f"no daemon config {self.daemon_config}", "a JSON file of RoundConfig fields")
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "rows": list(self.rows)}
+
+
+def scratch_home(path: Path) -> Path:
+    """A fresh home at ``path`` whose model, program and vocabulary folders are the real home's."""
+    from omnidraft.home import home
+
+    real = home()
+    path.mkdir(parents=True, exist_ok=False)
+    for name in SHARED:
+        if (real / name).is_dir():
+            (path / name).symlink_to(real / name)
+    return path
+
+
+@contextmanager
+def at_home(path: Path) -> Iterator[Path]:
+    """$OMNIDRAFT_HOME is ``path`` (this process and the daemon it starts) for the duration."""
+    before = os.environ.get("OMNIDRAFT_HOME")
+    os.environ["OMNIDRAFT_HOME"] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop("OMNIDRAFT_HOME", None)
+        else:
+            os.environ["OMNIDRAFT_HOME"] = before
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The daemon process stopped (SIGSTOP) for the duration: a timing gets the cores alone."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def drained(daemon, spec, cfg, timeout_s: float, log: Callable[[str], None]) -> bool:
+    """Until the daemon is idle with no round due for ``spec`` (``tuning.due``, what the idle daemon
+    polls, with its ``cfg``): False at ``timeout_s`` or if it stopped."""
+    from omnidraft.pairs.spec import adapter_store, log_path
+    from omnidraft.train.tuning import due
+    from omnidraft.train.verlog import VerificationLog
+
+    records, store = VerificationLog(log_path()), adapter_store()
+    deadline = time.time() + timeout_s
+    try:
+        while time.time() < deadline:
+            st = daemon.status()
+            if not st.get("running"):
+                log("the daemon is not running")
+                return False
+            if st.get("state") == "idle" and not due(spec, records, store, cfg):
+                return True
+            time.sleep(0.5)
+    finally:
+        records.close()
+    return False
+
+
+def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, others: list) -> dict[str, dict]:
+    """Per prompt, the rows' order rotated: the session's pair (unlogged, as row "pair") and each
+    of ``others`` (bench rows) on the same prompt. {row name: {"code" / "chat" / "all": figures}}:
+    tokens/s, target forwards per generated token (None where a row does not count them), the
+    drafter's acceptance (None without drafts)."""
+    from omnidraft.bench.rows import Prompt, SessionRow
+    from omnidraft.measure.interleave import interleaved
+    from omnidraft.measure.tally import Tally
+
+    asked = [Prompt("chat" if chat else "code", text, chat) for text, chat in prompts]
+    tallies: dict[tuple[str, str], Tally] = {}
+    with session.unlogged():
+        for _, prompt, row, got in interleaved(asked, [SessionRow("pair", session), *others],
+                                               lambda row, p: row.run(p, max_new_tokens)):
+            for kind in (prompt.set, "all"):
+                got.into(tallies.setdefault((row.name, kind), Tally()))
+    out: dict[str, dict] = {}
+    for (name, kind), t in tallies.items():
+        acc, per_forward = t.acceptance(), t.tokens_per_forward()
+        out.setdefault(name, {})[kind] = {
+            "tokens_per_s": round(t.tokens_per_s(), 3), "tokens": t.tokens,
+            "forwards_per_token": round(t.forwards / t.tokens, 4) if per_forward is not None and t.tokens else None,
+            "acceptance": None if acc is None else round(acc, 4)}
+    return out
+
+
+def _prompts(opts: UsageOptions) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """(the stream, code and chat alternating; the held-out set), each prompt with whether it is a chat."""
+    from omnidraft.prompts import humaneval, sharegpt
+
+    code_all = humaneval()
+    if opts.code + opts.held > len(code_all):
+        raise OmniDraftError(f"code + held must be <= {len(code_all)} HumanEval problems, got {opts.code + opts.held}")
+    code, held_code = code_all[: opts.code], code_all[len(code_all) - opts.held:]
+    chats = sharegpt(opts.chat + opts.held)
+    chat, held_chat = chats[: opts.chat], chats[opts.chat:]
+    stream = []
+    for i in range(max(len(code), len(chat))):
+        stream += [(code[i], False)] if i < len(code) else []
+        stream += [(chat[i], True)] if i < len(chat) else []
+    return stream, [(p, False) for p in held_code] + [(p, True) for p in held_chat]
+
+
+def run_usage(opts: UsageOptions, *, out: str | Path = "bench/results", keep: bool = True,
+              log: Callable[[str], None] = lambda s: None, root: Path | None = None) -> dict:
+    """Run the suite (in the scratch home ``root``; default <home>/usage-runs/<stamp>); returns the
+    result, also written under ``out``."""
+    from omnidraft.bench.usage_report import write
+    from omnidraft.device.threads import set_threads
+    from omnidraft.home import home
+    from omnidraft.measure.stamp import stamp
+
+    set_threads(opts.threads)
+    stamped = stamp("usage", opts.threads, question=QUESTION, options=opts.as_json())
+    stream, held = _prompts(opts)
+    root = scratch_home(root or home() / "usage-runs" / time.strftime("%Y%m%d-%H%M%S"))
+    log(f"scratch home {root}")
+    with at_home(root):
+        result = {**stamped, **_measure(opts, stream, held, log)}
+    write(result, out, keep, log)
+    return result
+
+
+def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
+    from omnidraft.session import Session
+    from omnidraft.bench.baselines import AssistedRow, LlamaCppRow
+    from omnidraft.bench.rows import target_alone
+    from omnidraft.jobs.pairing import format_report, pair
+    from omnidraft.pairs.settings import Runtime
+    from omnidraft.train import daemon
+    from omnidraft.train.tuning import history
+
+    session = Session(opts.drafter, opts.target, k=opts.k, runtime=Runtime(dtype=opts.dtype, threads=opts.threads))
+    cfg = daemon.load_config(opts.daemon_config)  # a bad config is an error before the stream, not in the daemon
+    paired = pair(opts.target, opts.drafter, session=session, calibration_s=opts.calibration_s)  # the user's first step
+    log(format_report(paired))
+    got = {"drafter_runtime": session.drafter_runtime, "target_runtime": session.target_runtime,
+           "stream_prompts": len(stream), "held_prompts": len(held), "pairing": paired, "measurements": [],
+           "stream_log": []}
+
+    def record(label: str, seen: int, numbers: dict) -> None:
+        got["measurements"].append({"label": label, "prompts_seen": seen, "version": session.version, **numbers})
+        log(f"{label}: {numbers['all']['tokens_per_s']} tokens/s after {seen} stream prompts")
+
+    alone = target_alone(opts.target, Runtime(target=session.target_runtime, dtype=opts.dtype, threads=opts.threads))
+    others = [r for r in (LlamaCppRow.make(opts.target, opts.threads, log) if "llamacpp" in opts.rows else None,
+                          AssistedRow(opts.target, opts.drafter) if "assisted" in opts.rows else None) if r is not None]
+    before = side_by_side(session, held, opts.max_new_tokens, [alone, *others])
+    rows = {"starting pair": before["pair"], "target alone (before)": before[alone.name],
+            **{r.name: before[r.name] for r in others}}
+    record("starting pair", 0, before["pair"])
+    del others  # the baselines' models leave memory before the daemon trains
+    pid = daemon.start(POLL_S, config=opts.daemon_config)
+    log(f"daemon pid {pid}")
+    measured = session.version  # the adapter pairing started from
+    t0 = time.perf_counter()
+    try:
+        for n, (prompt, is_chat) in enumerate(stream, 1):
+            m = session.generate(prompt, max_new_tokens=opts.stream_tokens, chat=is_chat).metrics
+            got["stream_log"].append({"n": n, "chat": is_chat, "version": session.version,
+                                      "tokens_per_s": m["tokens_per_s"], "acceptance": m["acceptance_rate"]})
+            if n % opts.measure_every == 0 or n == len(stream):
+                log(f"{n}/{len(stream)} stream prompts, adapter {session.version}, {time.perf_counter() - t0:.0f} s")
+                if session.refresh() is not None and session.version != measured:
+                    with frozen(pid):
+                        record(f"version {session.version}", n,
+                               side_by_side(session, held, opts.max_new_tokens, [])["pair"])
+                    measured = session.version
+        log("stream done; waiting for the daemon to train on the rest")
+        got["drained"] = drained(daemon, session.spec, cfg, opts.drain_minutes * 60, log)
+    finally:
+        daemon.stop()
+    got["stream_seconds"] = round(time.perf_counter() - t0, 1)
+    session.refresh()
+    after = side_by_side(session, held, opts.max_new_tokens, [alone])
+    if session.version is not None and session.version != measured:
+        record(f"final {session.version}", len(stream), after["pair"])
+    last, start = got["measurements"][-1], before["pair"]
+    rows.update({"last version": last, "target alone (after)": after[alone.name]})
+    got["rows"] = {name: {**figures["all"], **{k: figures[k] for k in ("code", "chat") if k in figures}}
+                   for name, figures in rows.items()}
+    got["last_version"] = last["version"]
+    got["rounds"] = history(session.spec)
+    got["summary"] = {kind: {"speedup_vs_start": round(last[kind]["tokens_per_s"] / start[kind]["tokens_per_s"], 3),
+                             "forwards_change": _change(last[kind]["forwards_per_token"],
+                                                        start[kind]["forwards_per_token"]),
+                             "vs_target_alone": round(last[kind]["tokens_per_s"]
+                                                      / after[alone.name][kind]["tokens_per_s"], 3)}
+                      for kind in ("code", "chat", "all") if kind in last}
+    session.close()
+    alone.session.close()
+    return got
+
+
+def _change(now: float | None, then: float | None) -> float | None:
+    return None if not now or not then else round(now / then - 1, 4)

@@ -1,0 +1,89 @@
+"""`omnidraft bench usage` (omnidraft/bench/usage.py) on the tiny pair: a logged stream through
+Session with the real daemon training beside it in its own process, held-out measurements of the
+pair and the target alone interleaved, a result whose rows the history compares, in a scratch
+home that leaves the real one's environment as it was."""
+
+import json
+import os
+
+import pytest
+
+from omnidraft.bench.usage import UsageOptions, run_usage, scratch_home, side_by_side
+from omnidraft.cli import main
+from omnidraft.errors import OmniDraftError
+from omnidraft.prompts import CHAT_PROMPTS
+
+from ..test_session import models  # noqa: F401  (the tiny pair the Session tests run, as model folders)
+
+
+def test_usage_runs_a_logged_stream_with_the_daemon_and_measures_held_out_prompts(tmp_path, monkeypatch, models):
+    home = tmp_path / "home"
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
+    monkeypatch.setattr("omnidraft.prompts.sharegpt", lambda n: CHAT_PROMPTS[:n])  # the test tier has no ShareGPT
+    drafter, target = models
+    config = tmp_path / "round.json"  # a round after 4 records, so the daemon trains within the stream
+    config.write_text(json.dumps({"min_records": 4, "max_records": 8, "eval_records": 2, "replay": 0}))
+    opts = UsageOptions(drafter, target, code=4, chat=4, held=2, stream_tokens=8, max_new_tokens=8, dtype="fp32",
+                        measure_every=4, daemon_config=str(config), drain_minutes=2.0, calibration_s=1.0, rows=())
+    out = tmp_path / "results"
+    root = tmp_path / "scratch"
+    got = run_usage(opts, out=out, root=root)
+    assert os.environ["OMNIDRAFT_HOME"] == str(home)  # the scratch home was the run's only
+    assert (root / "verlog.sqlite").is_file() and not (home / "verlog.sqlite").exists()
+    assert got["stream_prompts"] == 8 and len(got["stream_log"]) == 8
+    assert [s["chat"] for s in got["stream_log"]] == [False, True] * 4  # code and chat alternate
+    assert got["rounds"], "the daemon ran no round on the stream's records"
+    assert got["drained"]  # it trained on every record before the last measurement
+    names = list(got["rows"])
+    assert names[:2] == ["starting pair", "target alone (before)"] and names[-2:] == ["last version",
+                                                                                     "target alone (after)"]
+    start = got["rows"]["starting pair"]
+    assert start["code"]["tokens"] == 2 * 8 and start["chat"]["tokens"] == 2 * 8 and start["tokens"] == 32
+    assert got["rows"]["target alone (before)"]["forwards_per_token"] == pytest.approx(1.0, abs=0.07)
+    assert got["summary"]["all"]["speedup_vs_start"] > 0
+    assert got["commit"] and got["options"]["held"] == 2
+    md = sorted(out.glob("bench-usage-*.md"))[-1].read_text()
+    assert "First run of this suite" in md and "| last version |" in md and got["cpu"]["line"] in md
+    assert json.loads((out / "history.jsonl").read_text())["rows"]["last version"]["tokens_per_s"] > 0
+
+
+def test_side_by_side_runs_every_row_on_every_prompt_by_kind(tmp_path, monkeypatch, models):
+    from omnidraft import Session
+    from omnidraft.bench.rows import target_alone
+    from omnidraft.pairs.settings import Runtime
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter, target = models
+    runtime = Runtime(dtype="fp32")
+    session = Session(drafter, target, runtime=runtime)  # logging, as the usage stream's
+    alone = target_alone(target, Runtime(target=session.target_runtime, dtype="fp32"))
+    got = side_by_side(session, [("def f(x):", False), (CHAT_PROMPTS[0], True), ("class A:", False)], 6, [alone])
+    assert set(got) == {"pair", alone.name}
+    for row in got.values():
+        assert row["code"]["tokens"] == 12 and row["chat"]["tokens"] == 6 and row["all"]["tokens"] == 18
+    assert got[alone.name]["all"]["acceptance"] is None  # the target alone drafts nothing
+    assert session.log.count(session.spec.name) == 0  # measurements leave no training record
+
+
+def test_scratch_home_links_the_real_homes_models(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    (real / "models").mkdir(parents=True)
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(real))
+    root = scratch_home(tmp_path / "scratch")
+    assert (root / "models").resolve() == (real / "models").resolve() and not (root / "programs").exists()
+    with pytest.raises(FileExistsError):
+        scratch_home(root)  # a run never reuses another's home
+
+
+def test_bad_usage_options_are_one_line_errors(capsys, tmp_path):
+    with pytest.raises(OmniDraftError, match="no usage row 'serve'"):
+        UsageOptions(rows=("serve",))
+    with pytest.raises(OmniDraftError, match="held-out"):
+        UsageOptions(held=0)
+    with pytest.raises(OmniDraftError, match="no daemon config"):
+        UsageOptions(daemon_config=str(tmp_path / "missing.json"))
+    assert main(["bench", "usage", "--clients", "2"]) == 2
+    assert "--clients: not an option of the usage suite" in capsys.readouterr().err
+    assert main(["bench", "pair", "--held", "3", "--stream-tokens", "9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--held, --stream-tokens: not an option of the pair suite" in err[0]
