@@ -20,6 +20,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
+@pytest.fixture(autouse=True)
+def _threads_as_found():
+    """A test that sets the thread count (a bench suite's default of 2, a CLI's --threads, a Session's
+    Runtime) leaves its worker as it found it: otherwise every later test on that worker runs two
+    threads beside the other worker's on two cores (a test that takes 14 s alone took 60)."""
+    from omnidraft.device.threads import _pool, set_threads
+
+    before, pool = torch.get_num_threads(), _pool["threads"]
+    yield
+    if torch.get_num_threads() != before or _pool["threads"] not in (pool, before):
+        set_threads(before)
+
+
 # Modules whose tests share costly module fixtures (exported programs, the real models and their
 # own greedy outputs): each runs whole on one pytest-xdist worker; every other test goes to
 # whichever worker is free. (xdist's own `--dist loadgroup` marks do not group under pytest 9.)

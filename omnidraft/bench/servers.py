@@ -52,7 +52,7 @@ class ServerRow:
             raise OmniDraftError("the serve suite drives each server through the openai SDK",
                                  "pip install -e '.[bench]'") from None
         self.name, self.tok = name, tok
-        self.port, self.key = _free_port(), secrets.token_urlsafe(16)
+        self.port, self.key = _free_port(), secrets.token_hex(16)  # never a leading "-" that argparse reads as a flag
         self.cmd = [*cmd, "--port", str(self.port), key_flag, self.key]
         self.output = tempfile.NamedTemporaryFile(prefix="omnidraft-bench-server-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(self.cmd, stdout=self.output, stderr=subprocess.STDOUT,
