@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+SHARED = ("models", "programs", "vocab", "gguf", "packages")  # what a scratch home links from this one
+
 
 def home() -> Path:
     """The root folder for fetched models, pair state and logs (created on first use)."""
@@ -22,6 +24,17 @@ def home() -> Path:
 def subdir(*parts: str) -> Path:
     path = home().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def scratch_home(path: Path) -> Path:
+    """A fresh home at ``path`` whose model, program and vocabulary folders are links to this
+    home's: what a run that must not touch this home's pair state, adapters and logs reads."""
+    real = home()
+    path.mkdir(parents=True, exist_ok=False)
+    for name in SHARED:
+        if (real / name).is_dir():
+            (path / name).symlink_to(real / name)
     return path
 
 

@@ -33,7 +33,6 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
 
 QUESTION = "Does the pair get faster with use, as a user experiences it (the real daemon training beside it)?"
-SHARED = ("models", "programs", "vocab", "gguf", "packages")  # linked from the real home
 BASELINES = ("llamacpp", "assisted")
 POLL_S = 2.0  # the daemon's poll period here: a run of hours should not wait 10 s per look
 
@@ -82,18 +81,6 @@ class UsageOptions:
 
     def as_json(self) -> dict:
         return {**asdict(self), "rows": list(self.rows)}
-
-
-def scratch_home(path: Path) -> Path:
-    """A fresh home at ``path`` whose model, program and vocabulary folders are the real home's."""
-    from omnidraft.home import home
-
-    real = home()
-    path.mkdir(parents=True, exist_ok=False)
-    for name in SHARED:
-        if (real / name).is_dir():
-            (path / name).symlink_to(real / name)
-    return path
 
 
 @contextmanager
@@ -192,7 +179,7 @@ def run_usage(opts: UsageOptions, *, out: str | Path = "bench/results", keep: bo
     result, also written under ``out``."""
     from omnidraft.bench.usage_report import write
     from omnidraft.device.threads import set_threads
-    from omnidraft.home import home
+    from omnidraft.home import home, scratch_home
     from omnidraft.measure.stamp import stamp
 
     set_threads(opts.threads)

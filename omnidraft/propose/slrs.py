@@ -31,6 +31,9 @@ from omnidraft.translate.proposal import Proposal
 from omnidraft.translate.vocab import VocabMap
 
 
+SECOND_KEPT = 64  # drafter tokens whose second-token map is kept (~400 KB each at 49k drafter ids)
+
+
 class StringDistribution:
     def __init__(self, vmap: VocabMap, branch: int = 2, max_extensions: int = 512):
         self.vmap = vmap
@@ -38,6 +41,7 @@ class StringDistribution:
         self.max_extensions = max_extensions
         self.vd, self.vt = len(vmap.draft_bytes), len(vmap.target_bytes)
         self._tables = None
+        self._seconds: dict[int, torch.Tensor] = {}  # drafter token -> its [Vd] second-token map (_second)
 
     # ------------------------------------------------------------------ byte tables (lazy)
     def _build(self):
@@ -86,7 +90,7 @@ class StringDistribution:
         drafter tokens must start with them."""
         if self._tables is None:
             self._build()
-        by_bytes, t_sorted, t_ids, d_order, d_sorted, maxlen, r1 = self._tables
+        by_bytes, t_sorted, _, d_order, d_sorted, maxlen, r1 = self._tables
         db = self.vmap.draft_bytes
         # greedy: psi from the drafter at temperature 1, so its argmax is the likeliest target token
         qcfg = SamplingConfig(temperature=1.0) if sampling.greedy else sampling
@@ -125,16 +129,28 @@ class StringDistribution:
         psi.index_add_(0, r1.clamp(min=0), direct)
         for d, lo, hi in branch:
             q2 = probs(lookahead(d).float(), qcfg)[: self.vd]  # [Vd]
-            r2 = torch.full((self.vd,), int(r1[d]), dtype=torch.long)  # default: bytes(d)'s own
-            base = db[d]
+            psi.index_add_(0, self._second(d, int(r1[d]), lo, hi), q2 * float(q[d]))
+        return psi
+
+    def _second(self, d: int, own: int, lo: int, hi: int) -> torch.Tensor:
+        """[Vd]: for each drafter token d2 drawn after ``d``, the target token proposed, the longest
+        target token bytes(d) + bytes(d2) starts with among d's extensions [lo, hi) (``own``: d's
+        own when none). It depends on d alone: the last SECOND_KEPT are kept."""
+        r2 = self._seconds.pop(d, None)
+        if r2 is None:
+            _, t_sorted, t_ids, d_order, d_sorted, _, _ = self._tables
+            r2 = torch.full((self.vd,), own, dtype=torch.long)
+            base = self.vmap.draft_bytes[d]
             for i in sorted(range(lo, hi), key=lambda i: len(t_sorted[i])):  # longer ones win
                 rest = t_sorted[i][len(base):]
                 a = bisect.bisect_left(d_sorted, rest)
                 b = bisect.bisect_left(d_sorted, rest + b"\xff" * 8)
                 if a < b:
                     r2[d_order[a:b]] = t_ids[i]  # a view: no tensor built per extension
-            psi.index_add_(0, r2, q2 * float(q[d]))
-        return psi
+            if len(self._seconds) >= SECOND_KEPT:
+                self._seconds.pop(next(iter(self._seconds)))
+        self._seconds[d] = r2  # the most recently used last
+        return r2
 
 
 class SLRSProposer:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from omnidraft.bench.usage import UsageOptions, run_usage, scratch_home, side_by_side
+from omnidraft.bench.usage import UsageOptions, run_usage, side_by_side
 from omnidraft.cli import main
 from omnidraft.errors import OmniDraftError
 from omnidraft.prompts import CHAT_PROMPTS
@@ -63,16 +63,6 @@ def test_side_by_side_runs_every_row_on_every_prompt_by_kind(tmp_path, monkeypat
         assert row["code"]["tokens"] == 12 and row["chat"]["tokens"] == 6 and row["all"]["tokens"] == 18
     assert got[alone.name]["all"]["acceptance"] is None  # the target alone drafts nothing
     assert session.log.count(session.spec.name) == 0  # measurements leave no training record
-
-
-def test_scratch_home_links_the_real_homes_models(tmp_path, monkeypatch):
-    real = tmp_path / "real"
-    (real / "models").mkdir(parents=True)
-    monkeypatch.setenv("OMNIDRAFT_HOME", str(real))
-    root = scratch_home(tmp_path / "scratch")
-    assert (root / "models").resolve() == (real / "models").resolve() and not (root / "programs").exists()
-    with pytest.raises(FileExistsError):
-        scratch_home(root)  # a run never reuses another's home
 
 
 def test_bad_usage_options_are_one_line_errors(capsys, tmp_path):

@@ -27,12 +27,12 @@ def _export(qwen_tok, tmp_path_factory, quant: str):
 
     vocab = vocab_len(qwen_tok)
     if quant == "8da8w":
-        prog, _ = same_bytes.shipped(tmp_path_factory, "target", vocab)
+        prog, _ = same_bytes.shipped(tmp_path_factory, vocab)
     else:
         folder, _ = once_per_run(tmp_path_factory, f"target-{quant}",
-                                 lambda folder: same_bytes.export("target", vocab, folder / "prog", quant))
+                                 lambda folder: same_bytes.export(vocab, folder / "prog", quant))
         prog = folder / "prog"
-    return same_bytes.model("target", vocab), prog, ProgramInfo.load(prog / "program.json")
+    return same_bytes.model(vocab), prog, ProgramInfo.load(prog / "program.json")
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,13 @@
 """The lowering's shortcuts (export/lower.py: shared provenance records, shape-only quantisation
 ops, only the XNNPACK passes that can change a partition, a target's two methods lowered side by
 side and a method's partitions preprocessed on two cores) leave the program's bytes unchanged: the
-shipped export of a tiny two-method drafter and target (same_bytes.py) against the same model
-exported with none of them. One export without every shortcut per role instead of one per shortcut:
-each shortcut's own rules are tested in its module's tests. The second (one-token) method is still
-lowered in a child, whose program this process then cannot fill with weights: the method is lowered
-here instead, which also shows that a child's method has the bytes of one lowered in this process."""
+shipped export of a tiny two-method target (same_bytes.py) against the same model exported with
+none of them. One export without every shortcut instead of one per shortcut: each shortcut's own
+rules are tested in its module's tests; the drafter's program is compared the same way by the
+export suite's test (tests/bench/test_export_time.py: settings none and shipped, each in a child
+process). The second (one-token) method is still lowered in a child, whose program this process
+then cannot fill with weights: the method is lowered here instead, which also shows that a
+child's method has the bytes of one lowered in this process."""
 
 import contextlib
 import types
@@ -24,10 +26,8 @@ from ..conftest import vocab_len  # noqa: E402
 from .same_bytes import export  # noqa: E402
 
 
-@pytest.mark.parametrize("role", ["drafter", "target"])
-def test_the_program_is_byte_identical_with_and_without_every_shortcut(role, shipped, qwen_tok, tmp_path,
-                                                                        monkeypatch):
-    program = shipped(role)  # first: the shortcuts are replaced below
+def test_the_program_is_byte_identical_with_and_without_every_shortcut(shipped, qwen_tok, tmp_path, monkeypatch):
+    program = shipped  # first: the shortcuts are replaced below
     assert program.children == [True]  # the shipped export lowered "decode" in a child
     ran = []
     full = XNNPACKPassManager.transform
@@ -38,7 +38,7 @@ def test_the_program_is_byte_identical_with_and_without_every_shortcut(role, shi
     nothing = types.SimpleNamespace(graph_module=torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph()))
     real, loaded = two_methods._load, []
     monkeypatch.setattr(two_methods, "_load", lambda path, mine: loaded.append(real(path, nothing)) or loaded[-1])
-    export(role, vocab_len(qwen_tok), tmp_path)
+    export(vocab_len(qwen_tok), tmp_path)
     assert loaded == [None]  # the child's weights could not be filled
     assert len(ran) > program.passes  # the shipped export skipped passes ...
     assert (tmp_path / "program.pte").read_bytes() == program.pte  # ... and no shortcut changed the program

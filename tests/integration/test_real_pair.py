@@ -19,7 +19,7 @@ from omnidraft.sampling import SamplingConfig
 
 pytestmark = pytest.mark.integration  # on one pytest-xdist worker (conftest.ONE_WORKER): its fixtures once
 
-NEW_TOKENS = 32
+NEW_TOKENS = 24
 LAYERS = 2  # of SmolLM2's 30 in the exported-drafter test
 
 

@@ -56,14 +56,22 @@ class Engine:
             row["ids"] += row["new"]
 
 
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, smollm_tok, qwen_tok):
+    """(home, drafter folder, target folder, target model): saved once for the module's proposers."""
+    root = tmp_path_factory.mktemp("vllm-proposer")
+    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, root / "drafter")
+    target_model = tiny("qwen2", vocab_len(qwen_tok), seed=12)
+    return root / "home", drafter, save_tiny(target_model, qwen_tok, root / "target"), target_model
+
+
 @pytest.fixture()
-def proposer(tmp_path, monkeypatch, smollm_tok, qwen_tok):
+def proposer(models, monkeypatch):
+    """A new proposer per test (its streams and step times its own), on the module's models and home."""
     from omnidraft.vllm.proposer import OmniDraftProposer
 
-    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
-    drafter = save_tiny(tiny("llama", vocab_len(smollm_tok), seed=11), smollm_tok, tmp_path / "drafter")
-    target_model = tiny("qwen2", vocab_len(qwen_tok), seed=12)
-    target_dir = save_tiny(target_model, qwen_tok, tmp_path / "target")
+    home, drafter, target_dir, target_model = models
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
     monkeypatch.setenv("OMNIDRAFT_DRAFTER", str(drafter))
     monkeypatch.setenv("OMNIDRAFT_DRAFTER_RUNTIME", "eager")
     config = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=4),
