@@ -218,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print one JSON object")
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
-    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, costs, export or usage "
-                    "(docs/benchmarks.md)")
+    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, vllm, costs, export or "
+                    "usage (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
     for name in ("code", "chat", "sharegpt", "copy", "conversations"):

@@ -26,8 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 SWEEP = (1, 8, 32, 64, 128)  # prompts per batched generation, timed on the first prompts at SWEEP_TOKENS
 SWEEP_TOKENS = 64
 
@@ -197,10 +195,12 @@ def main() -> None:
 
     if args.device != "cpu" and not torch.cuda.is_available():
         ap.error("torch sees no CUDA device here")
-    from benchio import save, stamp_report, table
-    from benchsetup import logger
+    from omnidraft.measure.report import table, write
+    from omnidraft.measure.stamp import stamp
 
-    log = logger("distill-gpu")
+    def log(msg: str) -> None:
+        print(f"[distill-gpu] {msg}", file=sys.stderr, flush=True)
+
     cpu = json.loads((args.bundle / "cpu_report.json").read_text())
     prompts = json.loads((args.bundle / "prompts.json").read_text())
     prompts = prompts[:args.prompts] if args.prompts else prompts
@@ -209,11 +209,10 @@ def main() -> None:
     trn = training_stage(args.bundle, cpu["config"], args.device, args.records, log)
     cpu_rec = cpu["records"]["seconds"] * len(prompts) / (cpu["records"]["corpus"] + cpu["records"]["heldout"])
     cpu_trn = cpu["train_seconds"] * trn["updates"] / cpu["updates"]
-    report = stamp_report(gpu=gpu_name, cpu_reference={"records_s": cpu["records"]["seconds"],
-                                                       "records": cpu["records"], "train_s": cpu_trn,
-                                                       "cpu_seconds_this_run": cpu.get("cpu_seconds_this_run"),
-                                                       "config": cpu["config"]},
-                          records=rec, training=trn)
+    reference = {"records_s": cpu["records"]["seconds"], "records": cpu["records"], "train_s": cpu_trn,
+                 "cpu_seconds_this_run": cpu.get("cpu_seconds_this_run"), "config": cpu["config"]}
+    report = stamp("distill-gpu", torch.get_num_threads(), gpu=gpu_name, cpu_reference=reference, records=rec,
+                   training=trn)
     rows = [["records (greedy answers + teacher calls)", f"{len(prompts)} prompts",
              f"{cpu_rec:.0f}", f"{rec['seconds']:.0f}", f"{cpu_rec / max(rec['seconds'], 1e-9):.0f}x"],
             ["training (LoRA + head, 2 epochs)", f"{trn['updates']} records",
@@ -229,7 +228,8 @@ def main() -> None:
           f"each, {trn['curve_checks_s']} s for the curve's {cpu['config']['curve_points'] + 1}.", "",
           f"Batched greedy generation, seconds a prompt ({rec['sweep_tokens']} tokens):", "",
           *table(["batch", "s a prompt"], [[b, s] for b, s in rec["sweep_s_per_prompt"].items()])]
-    save(args.out, "distill-gpu", "omnidraft distill on a GPU: the job's stages at the real shapes", report, md)
+    write(args.out, "distill-gpu", "omnidraft distill on a GPU: the job's stages at the real shapes", report, md,
+          keep=False)  # a device tool's report, outside the suites' history
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ class LlamaCppRow:
     LlamaPromptLookupDecoding (3-grams, LOOKUP_TOKENS a draft). ``make`` returns None where
     llama-cpp-python is not installed."""
 
+    samples = False
+
     def __init__(self, alone, tok, lookup: bool, log):
         self.alone, self.tok, self.log = alone, tok, log
         self.name = ("llama.cpp prompt lookup (LlamaPromptLookupDecoding, 3 / "
@@ -53,11 +55,7 @@ class LlamaCppRow:
         return cls(alone, tok, lookup, log)
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        return self.run_ids(prompt.ids(self.tok), max_new_tokens)
-
-    def run_ids(self, ids: list[int], max_new_tokens: int) -> Run:
-        """The row on the target's prompt ids (a script that has them already)."""
-        n, t0 = 0, time.perf_counter()
+        ids, n, t0 = prompt.ids(self.tok), 0, time.perf_counter()
         try:
             for tok in self.alone.llm.generate(ids, top_k=1, temp=0.0, repeat_penalty=1.0, reset=True):
                 n += 1
@@ -113,23 +111,23 @@ def assisted(target_hf, drafter_hf, ttok, dtok, prompt_ids: list[int], max_new_t
 class AssistedRow:
     """``assisted`` as a row: ``tokens`` drafted a round at a constant length, the target in ``dtype``."""
 
+    samples = False
+
     def __init__(self, target: str, drafter: str, dtype: str = "bf16", tokens: int = ASSISTED_TOKENS):
         self.name = f"transformers assisted generation ({tokens} tokens, constant; {dtype} target)"
         self.target, self.drafter, self.tokens = _hf(target, dtype), _hf(drafter, "fp32"), tokens
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        return self.run_ids(prompt.ids(self.target.tok), max_new_tokens)
-
-    def run_ids(self, ids: list[int], max_new_tokens: int) -> Run:
-        """The row on the target's prompt ids (a script that has them already)."""
         t, d = self.target, self.drafter
-        new, seconds = assisted(t.model, d.model, t.tok, d.tok, ids, max_new_tokens, t.eos, self.tokens)
+        new, seconds = assisted(t.model, d.model, t.tok, d.tok, prompt.ids(t.tok), max_new_tokens, t.eos, self.tokens)
         return Run(len(new), seconds, new)
 
 
 class TransformersRow:
     """The target alone in transformers (``dtype``), greedy; with ``lookup``, its prompt-lookup
     decoding (LOOKUP_TOKENS a draft)."""
+
+    samples = False
 
     def __init__(self, target: str, dtype: str = "bf16", lookup: bool = False):
         self.name = (f"transformers prompt lookup ({dtype}, {LOOKUP_TOKENS} tokens)" if lookup

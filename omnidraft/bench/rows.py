@@ -22,14 +22,15 @@ from omnidraft.sampling import SamplingConfig
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of a set: ``text`` through the chat template with ``chat``; ``seed`` for sampled
-    rows. A follow-up turn has its conversation's ``earlier`` user turns and the target's own
+    """One prompt of a set: ``text`` through the chat template with ``chat``; ``sampling``:
+    (temperature, top-p) of a sampled pass (None: greedy), ``seed`` its seed. A follow-up turn has its conversation's ``earlier`` user turns and the target's own
     greedy ``answers`` to them (bench/run.py fills those before any row runs)."""
 
     set: str
     text: str
     chat: bool
     seed: int = 0
+    sampling: tuple[float, float] | None = None
     earlier: tuple[str, ...] = ()
     answers: tuple[str, ...] = ()
 
@@ -79,26 +80,38 @@ class Run:
 
 
 class Row(Protocol):
+    """``samples``: whether the row runs a prompt's sampled pass (others decode greedily and sit it out)."""
+
     name: str
+    samples: bool
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run: ...
 
 
-class SessionRow:
-    """A row through a ``Session`` (each prompt a conversation of its own); ``sampling``: its sampled mode (None: greedy)."""
+@dataclass(frozen=True)
+class Missing:
+    """A row a suite asked for that could not be built here, and why (an engine not installed, a
+    server that did not start): the result says so rather than leaving it out silently."""
 
-    def __init__(self, name: str, session, sampling: SamplingConfig | None = None):
-        self.name, self.session, self.sampling = name, session, sampling
+    name: str
+    why: str
+
+
+class SessionRow:
+    """A row through a ``Session`` (each prompt a conversation of its own)."""
+
+    samples = True
+
+    def __init__(self, name: str, session):
+        self.name, self.session = name, session
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
         self.session.new_conversation()  # unrelated prompts: none copies from another's answer
-        sampling = None if self.sampling is None else SamplingConfig(self.sampling.temperature, self.sampling.top_p,
-                                                                      seed=prompt.seed)
+        sampling = None if prompt.sampling is None else SamplingConfig(*prompt.sampling, seed=prompt.seed)
         r = self.session.generate(prompt.messages() or prompt.text, chat=prompt.chat, max_new_tokens=max_new_tokens,
                                   sampling=sampling)
         m = r.metrics
         return Run(m["new_tokens"], m["wall_s"], list(r.token_ids), {**figures(m), "runtime": m.get("target_runtime")})
-
 
     def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:
         """``prompt`` with its earlier turns answered greedily by this row, each in its conversation so far."""

@@ -42,7 +42,10 @@ def _free_port() -> int:
 
 class ServerRow:
     """One server process (``cmd`` without its port and key), asked for the model it serves once
-    ``health`` answers 200; ``key_flag``: its API-key option; ``tok``: the target's tokenizer."""
+    ``health`` answers 200; ``key_flag``: its API-key option; ``tok``: the target's tokenizer.
+    Greedy only."""
+
+    samples = False
 
     def __init__(self, name: str, cmd: list[str], tok, *, health: str, key_flag: str, threads: int,
                  log: Callable[[str], None], env: dict | None = None):

@@ -14,6 +14,11 @@ ratios are to. Every suite's reference is the target alone on the product's runt
 - ``serve``: `omnidraft serve` against the servers an app would otherwise run, each driven
   through the ``openai`` SDK (bench/servers.py), on every turn of three-turn conversations, and
   transformers' assisted generation in process (no server ships it; not in the clients phase).
+- ``vllm``: OmniDraft on a real vLLM (bench/vllm_rows.py): vLLM alone, with OmniDraft's proposer,
+  with its own cross-vocabulary draft model on the same drafter, ``ngram`` and ``suffix``; the
+  pair through Session on its local runtime, llama.cpp alone and assisted generation; greedy, then
+  sampled. In two phases, each with vLLM alone (four vLLM servers and the local pair do not fit
+  24 GB at once).
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
@@ -43,6 +48,11 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "llamacpp-server-lookup": "llama-cpp-python's server with its prompt-lookup draft",
     "llama-server": "llama.cpp's llama-server (LLAMA_SERVER or PATH)",
     "llama-server-ngram": "llama-server --spec-type ngram-simple (its best measured here)",
+    "vllm": "vLLM alone (OMNIDRAFT_VLLM_PYTHON or .venv-vllm)",
+    "vllm-proposer": "vLLM with OmniDraft's proposer inside it (custom_class, up to 8 ids a step)",
+    "vllm-draft": "vLLM with its own draft model, heterogeneous vocabularies (TLI, 3 tokens)",
+    "vllm-ngram": "vLLM with its ngram prompt lookup (5 tokens, 2..5-grams)",
+    "vllm-suffix": "vLLM with suffix decoding (up to 8 tokens)",
 }
 
 
@@ -92,11 +102,19 @@ class Options:
 
 @dataclass(frozen=True)
 class Suite:
+    """``build``: (options, log) -> {row key: Row, or rows.Missing where it cannot run here}, in
+    order; ``reference``: the key of the row ratios and equality are to; ``counts``: its default
+    prompts per set; ``phases``: row keys built, run and closed in turn where the default rows do
+    not fit memory at once (each with the reference; empty: one phase); ``sampled``: (temperature,
+    top-p) of a second, sampled pass over the prompts on the rows that sample (None: greedy only)."""
+
     name: str
     question: str
-    build: Callable[["Options", Callable[[str], None]], dict]  # (options, log) -> {row key: Row}, in order
-    reference: str  # the key of the row ratios and equality are to (a key of what ``build`` returns)
-    counts: dict  # its default prompts per set
+    build: Callable[["Options", Callable[[str], None]], dict]
+    reference: str
+    counts: dict
+    phases: tuple[tuple[str, ...], ...] = ()
+    sampled: tuple[float, float] | None = None
 
     def options(self, opts: Options) -> Options:
         """``opts`` with the suite's default prompts where it names none."""
@@ -117,7 +135,7 @@ def _build(opts: Options, log, wanted: tuple[str, ...]) -> dict:
 
 
 def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
-    from omnidraft.bench import baselines, rows, servers
+    from omnidraft.bench import baselines, rows, servers, vllm_rows
 
     runtime = Runtime(dtype=opts.dtype, threads=opts.threads)
     tok = None
@@ -132,8 +150,8 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
             built[key] = rows.target_alone(opts.target, Runtime(target=same, dtype=opts.dtype, threads=opts.threads))
         elif name in ("llamacpp", "llamacpp-lookup"):
             row = baselines.LlamaCppRow.make(opts.target, opts.threads, log, lookup=name == "llamacpp-lookup")
-            if row is not None:
-                built[key] = row
+            built[key] = row or rows.Missing(ROWS[name], "llama-cpp-python is not installed (pip install -e "
+                                                          "'.[llamacpp]')")
         elif name == "assisted":
             log("loading transformers' assisted generation ...")
             built[key] = baselines.AssistedRow(opts.target, opts.drafter, opts.dtype)
@@ -144,6 +162,9 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                 from omnidraft.models.loading import load_tokenizer
 
                 tok = load_tokenizer(opts.target)
+            if name in vllm_rows.SPECS:
+                built[key] = vllm_rows.vllm_row(name, opts.drafter, opts.target, tok, log, threads=opts.threads)
+                continue
             log(f"starting {ROWS[name]} ...")
             at = {"threads": opts.threads}
             row = (servers.omnidraft_serve(opts.drafter, opts.target, tok, log, dtype=opts.dtype,
@@ -152,8 +173,8 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                    if name.startswith("llamacpp-server") else
                    servers.llama_server(opts.target, tok, log, spec_type="ngram-simple" if name.endswith("ngram")
                                         else None, **at))
-            if row is not None:
-                built[key] = row
+            built[key] = row or rows.Missing(ROWS[name], "not installed here (its server's package or binary; "
+                                                          "the log says which)")
 
 
 def _rows(default: tuple[str, ...], *, adapters: bool = False, clients: bool = False):
@@ -194,6 +215,13 @@ SUITES = {
     "adapters": Suite("adapters", "Does the published adapter beat other versions and the drafter unadapted on "
                       "held-out prompts, as a user runs the pair?", _adapter_rows, "target",
                       {"code": 8, "chat": 6, "sharegpt": 6}),
+    "vllm": Suite("vllm", "Inside a real vLLM, does OmniDraft's proposer beat vLLM alone and vLLM's own drafting "
+                  "(its cross-vocabulary draft model on the same drafter, ngram, suffix), and how do they compare "
+                  "with the pair on its local runtime and the honest alternatives off vLLM?",
+                  _rows(("vllm", "vllm-proposer", "vllm-draft", "product", "vllm-ngram", "vllm-suffix", "llamacpp",
+                         "assisted")), "vllm", {"code": 6, "chat": 6, "copy": 6},
+                  phases=(("vllm", "vllm-proposer", "vllm-draft", "product"),
+                          ("vllm", "vllm-ngram", "vllm-suffix", "llamacpp", "assisted")), sampled=(0.7, 0.9)),
 }
 
 

@@ -29,8 +29,9 @@ class Tally:
     ``accepted``: the drafter's proposed and kept ids; ``copied`` and ``copies_kept``: the same for
     copies from the context; ``forwards``: target forwards (``uncounted``: prompts whose row did
     not count them); ``translate_ms``: each drafted generation's median translation ms;
-    ``first_token``: seconds to the first token where a row says (a server's); ``equal``: outputs
-    equal to the reference row's, of ``compared``."""
+    ``first_token``: seconds to the first token where a row says (a server's); ``by_position``:
+    drafted ids accepted at each draft position (where an engine counts them: vLLM's); ``equal``:
+    outputs equal to the reference row's, of ``compared``."""
 
     tokens: int = 0
     wall: float = 0.0
@@ -46,10 +47,12 @@ class Tally:
     per_prompt: list[tuple[int, float]] = field(default_factory=list)
     translate_ms: list[float] = field(default_factory=list)
     first_token: list[float] = field(default_factory=list)
+    by_position: list[int] = field(default_factory=list)
 
     def add(self, tokens: int, seconds: float, *, prefill: float = 0.0, drafted: int = 0, accepted: int = 0,
             copied: int = 0, copies_kept: int = 0, forwards: int | None = None, translate_ms: float | None = None,
-            first_token_s: float | None = None, equal: bool | None = None, counted: bool = True) -> None:
+            first_token_s: float | None = None, by_position: list[int] | None = None, equal: bool | None = None,
+            counted: bool = True) -> None:
         """One prompt's run: ``forwards`` None means one target forward per new token (no drafts);
         ``counted`` False: the row does not say (another engine's); ``equal`` None: not compared."""
         self.tokens += tokens
@@ -66,6 +69,10 @@ class Tally:
             self.translate_ms.append(translate_ms)
         if first_token_s is not None:
             self.first_token.append(first_token_s)
+        for p, n in enumerate(by_position or ()):
+            if p == len(self.by_position):
+                self.by_position.append(0)
+            self.by_position[p] += n
         if equal is not None:
             self.compared += 1
             self.equal += int(equal)
@@ -112,6 +119,7 @@ class Tally:
                 "compared": self.compared, "latency_p50_s": rounded(self.latency(0.5)),
                 "latency_p95_s": rounded(self.latency(0.95)),
                 "first_token_s": rounded(statistics.median(self.first_token)) if self.first_token else None,
+                "accepted_by_position": list(self.by_position) or None,
                 "per_prompt": [[n, round(s, 4)] for n, s in self.per_prompt]}
 
 

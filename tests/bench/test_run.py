@@ -91,3 +91,41 @@ def test_the_adapters_suite_runs_the_pair_on_each_adapter_beside_the_target(tmp_
     got = run_suite(suite("adapters"), opts, out=tmp_path / "results", keep=False)
     assert list(got["rows"]) == ["target alone (eager)", "omnidraft pair", "omnidraft pair, adapter none"]
     assert all(got["rows"][n]["equal"] == 2 for n in ("omnidraft pair", "omnidraft pair, adapter none"))
+
+
+def test_a_suite_in_phases_runs_each_beside_its_reference_then_sampled_on_the_rows_that_sample(tmp_path, monkeypatch,
+                                                                                               models):
+    """Two phases, each built and closed in turn with the reference; a sampled pass after each
+    greedy one on the rows that sample (the Session's, with each prompt's seed), its ratios to the
+    sampled reference and no equality counted; a row that cannot run here is named with why."""
+    from dataclasses import replace
+
+    from omnidraft.session import Session
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("OMNIDRAFT_VLLM_PYTHON", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .venv-vllm here: the vllm row cannot run
+    asked = []
+    generate = Session.generate
+    monkeypatch.setattr(Session, "generate", lambda self, *a, **kw: asked.append(kw.get("sampling")) or
+                        generate(self, *a, **kw))
+    drafter, target = models
+    phased = replace(suite("pair"), phases=(("product", "target"), ("target", "transformers", "vllm")),
+                     sampled=(0.8, 0.95))
+    opts = Options(drafter, target, {"code": 2}, max_new_tokens=6, dtype="fp32")
+    got = run_suite(phased, opts, out=tmp_path / "results", keep=False)
+    assert list(got["rows"]) == ["omnidraft pair", "target alone (eager)", "omnidraft pair, sampled",
+                                 "target alone (eager), sampled", "target alone (eager) (phase 2)",
+                                 "transformers target alone (fp32)", "target alone (eager), sampled (phase 2)"]
+    rows = got["rows"]
+    assert rows["omnidraft pair"]["equal"] == 2 and rows["transformers target alone (fp32)"]["equal"] == 2
+    assert rows["omnidraft pair, sampled"]["compared"] == 0 and rows["omnidraft pair, sampled"]["vs_reference"] > 0
+    assert [p["reference"] for p in got["parts"]] == ["target alone (eager)", "target alone (eager), sampled",
+                                                      "target alone (eager) (phase 2)",
+                                                      "target alone (eager), sampled (phase 2)"]
+    sampled = [s for s in asked if s is not None]
+    assert len(sampled) == 6 and {(s.temperature, s.top_p) for s in sampled} == {(0.8, 0.95)}
+    assert sorted({s.seed for s in sampled}) == [1000, 1001]  # each prompt's own seed, the same for every row
+    assert "no vLLM here" in got["missing"]["vllm"]
+    md = sorted((tmp_path / "results").glob("bench-pair-*.md"))[-1].read_text()
+    assert "| phase |" in md and "Not run here: vllm: no vLLM here" in md

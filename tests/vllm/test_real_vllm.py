@@ -175,6 +175,27 @@ def test_omnidraft_inside_vllm_is_vllms_own_greedy_output(engine, with_proposer,
     assert any((folder / "home" / "pairs").rglob("ngrams.sqlite"))  # the pair's state, in its home
 
 
+def test_the_vllm_suites_rows_are_vllms_own_output_and_count_what_vllm_verified(engine, with_proposer, qwen_tok):
+    """`omnidraft bench vllm`'s rows (bench/vllm_rows.py) on these servers: greedy, vLLM's own ids
+    with and without the proposer; the drafted, accepted and by-position counts vLLM's /metrics
+    moved by during the request; sampled, vLLM's own seeded sample."""
+    from dataclasses import replace
+
+    from omnidraft.bench.rows import Prompt
+    from omnidraft.bench.vllm_rows import VllmRow
+
+    server, _ = with_proposer
+    prompt = Prompt("code", "a = [1, 2, 3]\nb = [1, 2, 3]\na = [1, 2, 3]\nb = [1, 2, 3]\na = [1, 2,", False, seed=7)
+    ids = qwen_tok(prompt.text, add_special_tokens=False).input_ids
+    alone, proposed = VllmRow("vllm", engine, qwen_tok), VllmRow("vllm + omnidraft proposer", server, qwen_tok)
+    a, p = alone.run(prompt, 32), proposed.run(prompt, 32)
+    assert a.ids == p.ids == _vllm_greedy(engine, ids, 32) and a.tokens == len(a.ids)
+    assert a.figures["drafted"] == 0 and a.figures["forwards"] == a.tokens
+    assert 0 < p.figures["accepted"] <= p.figures["drafted"] and sum(p.figures["by_position"]) == p.figures["accepted"]
+    assert p.figures["forwards"] == p.tokens - p.figures["accepted"]
+    assert alone.run(replace(prompt, sampling=(0.8, 1.0)), 16).ids == _vllm_sampled(engine, ids, 16, seed=7)
+
+
 def test_the_local_fallback_continues_exactly_when_vllm_is_killed(engine, target_dir, drafter, pair, qwen_tok):
     """Last in the module: it kills the plain server."""
     from transformers import AutoModelForCausalLM
