@@ -105,9 +105,18 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _cmd_bench(args) -> int:
+    import signal
+
     from omnidraft.bench.command import run_command
 
+    # a suite's servers (vLLM, llama.cpp's, omnidraft serve) run in sessions of their own and stop in
+    # its finally blocks: SIGTERM (kill, a CI timeout) unwinds through them as Ctrl-C does
+    signal.signal(signal.SIGTERM, _interrupted)
     run_command(args, lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
     return 0
 

@@ -141,15 +141,18 @@ def start(python: Path, model: str | Path, *, name: str, key: str, log: Path, po
                                    start_new_session=True)
     server = VllmServer(process, port, key, name, log, extra)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise OmniDraftError(f"vLLM exited with status {process.returncode} while starting: {_tail(log)}",
-                                 f"read {log}")
-        if _answers(server):
-            return server
-        time.sleep(2)
-    server.kill()
-    raise OmniDraftError(f"vLLM did not answer within {timeout:.0f} s: {_tail(log)}", f"read {log}")
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise OmniDraftError(f"vLLM exited with status {process.returncode} while starting: {_tail(log)}",
+                                     f"read {log}")
+            if _answers(server):
+                return server
+            time.sleep(2)
+        raise OmniDraftError(f"vLLM did not answer within {timeout:.0f} s: {_tail(log)}", f"read {log}")
+    except BaseException:  # not answering, or interrupted while starting: nothing left running
+        server.kill()
+        raise
 
 
 def _answers(server: VllmServer) -> bool:
