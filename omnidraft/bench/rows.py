@@ -23,8 +23,9 @@ from omnidraft.sampling import SamplingConfig
 @dataclass(frozen=True)
 class Prompt:
     """One prompt of a set: ``text`` through the chat template with ``chat``; ``sampling``:
-    (temperature, top-p) of a sampled pass (None: greedy), ``seed`` its seed. A follow-up turn has its conversation's ``earlier`` user turns and the target's own
-    greedy ``answers`` to them (bench/run.py fills those before any row runs)."""
+    (temperature, top-p) of a sampled pass (None: greedy), ``seed`` its seed. A follow-up turn has
+    its conversation's ``earlier`` user turns and the target's own greedy ``answers`` to them
+    (bench/run.py fills those before any row runs)."""
 
     set: str
     text: str

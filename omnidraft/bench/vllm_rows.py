@@ -63,7 +63,7 @@ class VllmRow:
                                             seed=prompt.seed)
         after = counts(self.server)
         drafted, accepted = int(after[0] - before[0]), int(after[1] - before[1])
-        by_pos = [int(a - b) for a, b in zip(after[2], before[2] + [0.0] * len(after[2]))]
+        by_pos = [int(a - (before[2][p] if p < len(before[2]) else 0.0)) for p, a in enumerate(after[2])]
         return Run(len(ids), seconds, ids, {"drafted": drafted, "accepted": accepted, "forwards": len(ids) - accepted,
                                             "by_position": by_pos})
 
