@@ -59,6 +59,27 @@ def _cmd_pairs(args) -> int:
     return 0
 
 
+def _cmd_memory(args) -> int:
+    from omnidraft.memory.summary import describe, forget, summarize
+    from omnidraft.pairs.spec import list_specs, pair_dir
+
+    names = [s.name for s in list_specs()]
+    if args.pair is not None and args.pair not in names:
+        raise OmniDraftError(f"no pair named {args.pair!r}", "`omnidraft pairs` lists them")
+    folders = {name: pair_dir(name) / "memory" for name in ([args.pair] if args.pair else names)}
+    if not folders:
+        print("no pairs yet: omnidraft pair --target NAME")
+        return 0
+    if args.action == "clear":
+        for name, folder in folders.items():
+            n = forget(folder, args.space)
+            print(f"{name}: {'an unreadable memory removed' if n < 0 else f'{n} entries forgotten'}")
+        return 0
+    stats = {name: summarize(folder) for name, folder in folders.items()}
+    print(json.dumps(stats) if args.json else "\n".join(describe(name, st) for name, st in stats.items()))
+    return 0
+
+
 def _cmd_daemon(args) -> int:
     from omnidraft.train import daemon
 
@@ -220,15 +241,17 @@ def _cmd_serve(args) -> int:
     from omnidraft.serve.server import ServeConfig, model_id, serve
     from omnidraft.session import Session
 
-    key = args.api_key or os.environ.get("OMNIDRAFT_API_KEY", "").strip() or None
-    cfg = ServeConfig(host=args.host, port=args.port, api_key=key, slots=args.slots, queue=args.queue,
-                      max_body=args.max_body, adapt=not (args.no_adapt or args.no_log),
-                      sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p))
+    keys = args.api_key or [k.strip() for k in os.environ.get("OMNIDRAFT_API_KEY", "").split(",")]
+    cfg = ServeConfig(host=args.host, port=args.port, api_keys=tuple(k for k in keys if k), slots=args.slots,
+                      queue=args.queue, max_body=args.max_body, adapt=not (args.no_adapt or args.no_log),
+                      sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p),
+                      shared_memory=args.shared_memory)
     drafter = None if args.drafter == "none" else args.drafter
-    runtime = Runtime(drafter=args.drafter_runtime, target=args.target_runtime, dtype=args.dtype, threads=args.threads)
+    runtime = Runtime(drafter=args.drafter_runtime, target=args.target_runtime, dtype=args.dtype, threads=args.threads,
+                      memory_mib=args.memory_mib)
     return serve(cfg, model_id(args.target), lambda: Session(
-        drafter, args.target, sampling=cfg.sampling, lookup=not args.no_lookup, log=not args.no_log,
-        adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots))
+        drafter, args.target, sampling=cfg.sampling, lookup=not args.no_lookup, memory=not args.no_memory,
+        log=not args.no_log, adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots))
 
 
 def _cmd_serve_target(args) -> int:
@@ -279,7 +302,7 @@ def _runtime(args):
 
     return Runtime(drafter=args.drafter_runtime, target=args.target_runtime, quant=args.quant, max_seq=args.max_seq,
                    specvocab_k=args.specvocab_k, dtype=args.dtype, threads=args.threads,
-                   ngram_policy=args.cache_policy, ngram_mib=args.cache_mib)
+                   ngram_policy=args.cache_policy, ngram_mib=args.cache_mib, memory_mib=args.memory_mib)
 
 
 def _cmd_generate(args) -> int:
@@ -297,8 +320,8 @@ def _cmd_generate(args) -> int:
     session = Session(drafter, _target_ref(args), k=args.draft_length,
                       spec=SpecConfig(strategy, confidence=args.confidence or None),
                       sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
-                      verify=args.verify, lookup=not args.no_lookup, log=not args.no_log, adapter=args.adapter,
-                      runtime=_runtime(args), exact=args.exact)
+                      verify=args.verify, lookup=not args.no_lookup, memory=not args.no_memory, log=not args.no_log,
+                      adapter=args.adapter, runtime=_runtime(args), exact=args.exact)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     try:
         result = drained(session.stream(args.prompt, max_new_tokens=args.max_new_tokens, chat=args.chat), on_text)
@@ -343,7 +366,7 @@ def format_metrics(m: dict, paired: bool = True) -> str:
                  f"forwards {m['drafter_forwards']}, translation {m['translate_ms_median']:.3f} ms/step"
                  f" median")
     kinds = m.get("rounds_by_kind", {})
-    if kinds.get("lookup"):
+    if kinds.get("lookup") or kinds.get("memory"):
         line += "\n  rounds: " + ", ".join(f"{kind} {c['rounds']} ({c['accepted']}/{c['proposed']} accepted)"
                                            for kind, c in sorted(kinds.items()))
     return line
@@ -364,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_generate(args)
         if args.command == "serve-target":
             return _cmd_serve_target(args)
-        handler = {"serve": _cmd_serve, "pair": _cmd_pair, "pairs": _cmd_pairs, "daemon": _cmd_daemon, "demo": _cmd_demo,
+        handler = {"serve": _cmd_serve, "pair": _cmd_pair, "pairs": _cmd_pairs, "memory": _cmd_memory,
+                   "daemon": _cmd_daemon, "demo": _cmd_demo,
                    "export": _cmd_export, "export-adapter": _cmd_export_adapter, "cost": _cmd_cost,
                    "distill": _cmd_distill, "bench": _cmd_bench}
         return handler[args.command](args)

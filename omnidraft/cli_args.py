@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from omnidraft.decode.draft_length import K_MAX
+from omnidraft.memory.config import DEFAULT_MIB
 from omnidraft.pairs.timing import WIDTHS
 from omnidraft.pairs.settings import TARGET_RUNTIMES
 from omnidraft.propose.config import DRAFT_CONFIDENCE
@@ -31,6 +32,14 @@ def _add_openai(p: argparse.ArgumentParser) -> None:
                    "server's context length in tokens")
     p.add_argument("--target-engine", choices=ENGINES, default=None, help="with an openai+ target: the "
                    "serving engine (default: what the server's /models says)")
+
+
+def _add_memory(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-memory", action="store_true", help="neither recall from nor add to the pair's memory of "
+                   "earlier answers (by default a round may verify what followed the same text in an earlier "
+                   "answer, where the cost model prefers it, and every answer is remembered)")
+    p.add_argument("--memory-mib", type=int, default=DEFAULT_MIB, help="the pair's memory's bound, on disk and in "
+                   "RAM (MiB; default %(default)s): past it the least useful answers are forgotten")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-lookup", action="store_true", help="never propose ids copied from the "
                      "context (by default a round may verify a continuation copied from the prompt or "
                      "output instead of drafting, where the cost model prefers it)")
+    _add_memory(gen)
     gen.add_argument("--confidence", type=float, default=DRAFT_CONFIDENCE, help="stop a draft after a token "
                      "the drafter gives probability below this (default %(default)s, chosen by measurement; "
                      "0: drafts run to the round's k)")
@@ -103,8 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only; another needs "
                     "an API key)")
     sv.add_argument("--port", type=int, default=8080)
-    sv.add_argument("--api-key", default=None, help="the key every /v1 route and /metrics need (default: "
-                    "$OMNIDRAFT_API_KEY; none on loopback)")
+    sv.add_argument("--api-key", action="append", default=None, help="a key every /v1 route and /metrics accept "
+                    "(again for more keys: each key's answers are remembered apart; default: $OMNIDRAFT_API_KEY, "
+                    "comma-separated; none on loopback)")
+    sv.add_argument("--shared-memory", action="store_true", help="every key recalls from one memory (by default a "
+                    "client never receives proposals drawn from another key's answers)")
+    _add_memory(sv)
     sv.add_argument("--slots", type=int, default=2, help="conversations whose caches are kept between requests "
                     "(least recently used evicted; each slot holds its own cache of both models)")
     sv.add_argument("--queue", type=int, default=8, help="requests that may wait behind the one generating "
@@ -173,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     di.add_argument("--threads", type=int, default=None)
     di.add_argument("--json", action="store_true")
     sub.add_parser("pairs", help="list paired drafters and targets")
+    me = sub.add_parser("memory", help="the pairs' memories of earlier answers: their size and use, or forget them")
+    me.add_argument("action", choices=["stats", "clear"])
+    me.add_argument("--pair", default=None, help="one pair (see `omnidraft pairs`; default: every pair)")
+    me.add_argument("--space", default=None, help="with clear: only this space (local, or a server key's "
+                    "key-... as stats lists it)")
+    me.add_argument("--json", action="store_true")
     ex = sub.add_parser("export", help="export a drafter or a target to an ExecuTorch program (XNNPACK)")
     who = ex.add_mutually_exclusive_group()
     who.add_argument("--drafter", default=None, help="the drafter to export (default smollm2-135m)")
@@ -218,15 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print one JSON object")
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
-    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, vllm, costs, export or "
+    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, vllm, memory, costs, export or "
                     "usage (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
-    for name in ("code", "chat", "sharegpt", "copy", "conversations"):
+    for name in ("code", "chat", "sharegpt", "copy", "conversations", "tests", "extract", "reply"):
         be.add_argument(f"--{name}", type=int, default=None,
                         help=f"{name} prompts (any of these flags: only the sets named; none: the suite's own; "
-                        "conversations: each turn of N three-turn conversations; usage: the stream's code and chat "
-                        "prompts)")
+                        "conversations: each turn of N three-turn conversations; tests, extract, reply: held-out "
+                        "recurring work; usage: the stream's code and chat prompts)")
     be.add_argument("--max-new-tokens", type=int, default=None, help="new tokens a prompt (default 96; usage: "
                     "a held-out prompt's, 64)")
     be.add_argument("--threads", type=int, default=2)
@@ -250,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--no-eager", action="store_true", help="costs: leave transformers out (slow on AVX2 CPUs)")
     be.add_argument("--agreement", type=int, default=None, help="costs: prompts for top-1 agreement with fp32 "
                     "(default 6; 0: none)")
+    be.add_argument("--stream", type=int, default=None, help="memory: prompts of each kind of recurring work "
+                    "the remembered row's memory takes in before measuring (default 40)")
     be.add_argument("--held", type=int, default=None, help="usage: held-out prompts of each kind (default 12)")
     be.add_argument("--stream-tokens", type=int, default=None, help="usage: new tokens a stream prompt (default 48)")
     be.add_argument("--measure-every", type=int, default=None, help="usage: stream prompts between held-out "

@@ -3,7 +3,8 @@ random streams the draws come from.
 
 One user seed gives every consumer its own independent stream (``generator("draft")``,
 ``generator("verify")``, ...): the drafter's draws and the verifier's acceptance uniforms must
-not be correlated, or the output is biased. Without a seed each stream is seeded from the OS;
+not be correlated, or the output is biased. ``PositionDraws`` gives a verifier one stream per
+sequence position instead. Without a seed each stream is seeded from the OS;
 the caller's global torch RNG is never read or reseeded.
 Pure tensor functions; they know nothing about models or vocabularies.
 """
@@ -58,6 +59,20 @@ class SamplingConfig:
             digest = hashlib.sha256(f"omnidraft:{self.seed}:{stream}".encode()).digest()
             g.manual_seed(int.from_bytes(digest[:8], "little") >> 1)
         return g
+
+
+class PositionDraws:
+    """One random stream per position of a sequence: the stream a position's token is drawn from
+    depends on (seed, ``stream``, position) alone (unseeded: on a base drawn from the OS once).
+    A verifier that draws each committed position's token from its own stream commits, for one
+    seed, the same tokens however its rounds split the sequence and whatever they proposed."""
+
+    def __init__(self, cfg: SamplingConfig, stream: str):
+        self.base = f"{cfg.seed}:{stream}" if cfg.seed is not None else f"os:{secrets.token_hex(16)}:{stream}"
+
+    def at(self, position: int) -> torch.Generator:
+        digest = hashlib.sha256(f"omnidraft:{self.base}:{position}".encode()).digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
 
 
 def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

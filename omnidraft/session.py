@@ -6,6 +6,9 @@ the jobs (`omnidraft pair`, the demo), the server and an app all generate throug
     for text in session.stream("def fibonacci(n):"):
         print(text, end="")
 
+Every answer the pair gives is remembered (memory/: the pair's memory of earlier answers, in
+the target's ids), and later rounds may verify what followed the same text before.
+
 A Session is safe to use from any thread: its generations are served one at a time, in turn
 (a call made while another thread's generation runs waits for it), each returns its own Result,
 and a new adapter goes live only between generations. Each generation runs on the one Route its
@@ -28,6 +31,9 @@ from omnidraft.decode.policy import round_rules
 from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import StopText, chat_preamble, drafter_prompt, drained, encode_messages, encode_prompt
 from omnidraft.errors import OmniDraftError
+from omnidraft.memory.config import MemoryConfig
+from omnidraft.memory.spaces import LOCAL, Memories
+from omnidraft.models.lm import common_prefix
 from omnidraft.pairs.assemble import assemble
 from omnidraft.pairs.build import runtime_kind
 from omnidraft.pairs import routing
@@ -35,7 +41,7 @@ from omnidraft.pairs.conversations import Conversations
 from omnidraft.pairs.router import Pick
 from omnidraft.pairs.runtime_choice import resolve
 from omnidraft.pairs.settings import Runtime, TargetRef
-from omnidraft.pairs.spec import DEFAULT_DRAFTER, log_path, pair_name
+from omnidraft.pairs.spec import DEFAULT_DRAFTER, log_path, pair_dir, pair_name
 from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
 from omnidraft.propose.lookup import LookupConfig
 from omnidraft.propose.registry import get
@@ -62,8 +68,10 @@ class Session:
     (decode/policy.py; default: a draft stops after a token the drafter gives under
     DRAFT_CONFIDENCE). ``sampling``: greedy by default; sampling is exact by default, ``verify``
     (rejection | point-mass) may choose an approximate mode (``lossless`` says). ``lookup``: rounds
-    may verify ids copied from the context. ``log``: verifications go to the log the daemon trains
-    from. ``adapter``: "latest" (the pair's last published version; before any, the one the
+    may verify ids copied from the context. ``memory``: the pair remembers its answers and rounds
+    may verify what followed the same text in them (memory/; bounded by ``runtime.memory_mib``; a
+    ``Memories``: that memory instead of the pair's own, e.g. a benchmark's scratch one).
+    ``log``: verifications go to the log the daemon trains from. ``adapter``: "latest" (the pair's last published version; before any, the one the
     package ships), "none", or a version name. ``runtime``: runtimes, dtype, threads, n-gram cache
     bound (pairs/settings.py); llama.cpp verifies exactly with respect to the logits its verify
     calls compute (not batch-invariant); ``target="auto"`` takes the runtime `omnidraft pair`
@@ -74,7 +82,8 @@ class Session:
 
     def __init__(self, drafter: str | None = DEFAULT_DRAFTER, target: str | TargetRef = DEFAULT_TARGET, *,
                  k: int | None = None, spec: SpecConfig | None = None, sampling: SamplingConfig = SamplingConfig(),
-                 verify: str | None = None, lookup: bool = True, log: bool = True, adapter: str = "latest",
+                 verify: str | None = None, lookup: bool = True, memory: bool | Memories = True, log: bool = True,
+                 adapter: str = "latest",
                  runtime: Runtime = Runtime(), exact: bool = False, route: bool = True, slots: int = 1):
         from omnidraft.device.threads import set_threads
 
@@ -102,6 +111,9 @@ class Session:
         self.preamble = chat_preamble(self.target_tok)  # the ids every chat prompt starts with
         self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note)
         self.log = VerificationLog(log_path()) if log and not self.alone else None
+        self.memories = None if self.alone or memory is False else memory if isinstance(memory, Memories) else \
+            Memories(pair_dir(self.spec.name) / "memory", MemoryConfig(max_bytes=runtime.memory_mib << 20), _note)
+        self.memory_use = "on" if self.memories else "off"  # "read": recall without remembering (unlogged)
 
     # ------------------------------------------------------------------ what runs
     route = property(lambda self: self.router.route, doc="The Route the latest generation ran on (before any: the first).")
@@ -154,7 +166,8 @@ class Session:
         return texts(self.pieces(prompt, max_new_tokens=max_new_tokens, chat=chat, stop=stop, sampling=sampling))
 
     def pieces(self, prompt: Prompt, *, max_new_tokens: int | None = 128, chat: bool = False, stop: Stops = (),
-               sampling: SamplingConfig | None = None, strict: bool = False) -> Generator[Piece, None, Result]:
+               sampling: SamplingConfig | None = None, strict: bool = False,
+               memory_space: str = LOCAL) -> Generator[Piece, None, Result]:
         """``stream`` as Pieces: the text with where its tokens came from (drafted, copied from the
         context, or the target's own; decode/generate.py). ``prompt``: text (through the chat
         template with ``chat``), or a conversation: a list of ``{"role", "content"}`` messages
@@ -164,13 +177,15 @@ class Session:
         instead of the Session's (a local target only). ``max_new_tokens``: None runs to the
         context window's end; with ``strict``, a budget past the window is an error rather than
         clipped to it. With several ``slots`` it runs on the slot whose caches hold the longest
-        prefix of its prompt (pairs/conversations.py)."""
+        prefix of its prompt (pairs/conversations.py). ``memory_space``: the part of the pair's
+        memory it recalls from and is remembered in (a server gives each API key its own)."""
         with self._turns.turn(), self.router.sampled(sampling):
             messages = not isinstance(prompt, str)
             chat = chat or messages
             ids = encode_messages(self.target_tok, prompt) if messages else encode_prompt(self.target_tok, prompt,
                                                                                          chat=chat)
             slot = self.conversations.slot_for(ids)
+            fresh = ids[common_prefix(slot.context, ids):]  # what the memory does not hold of the prompt
             stops = StopText(stop) if stop else None
             if not self.alone:
                 self._refresh()
@@ -188,7 +203,7 @@ class Session:
                     text = prompt[-1]["content"] if messages else prompt
                     result = yield from self._pair_generation(pick, text, ids, drafter_prompt(
                         self.draft_tok, self.target_tok, prompt, ids, chat=chat), budget,
-                        [] if messages else slot.turns, stops)
+                        [] if messages else slot.turns, stops, fresh, memory_space)
             finally:  # learnt n-grams and prices survive a generation closed early or interrupted
                 if self.pair is not None and not pick.route.alone:
                     self.pair.save()
@@ -201,17 +216,24 @@ class Session:
             return result
 
     def _pair_generation(self, pick: Pick, prompt: str, target_ids: list[int], draft_ids: list[int], budget: int,
-                         earlier: list[int], stops: StopText | None) -> Generator[Piece, None, Result]:
+                         earlier: list[int], stops: StopText | None, fresh: list[int],
+                         space: str) -> Generator[Piece, None, Result]:
         from omnidraft.train.records import build_record
 
-        log = self.log  # as it is now: unlogged() elsewhere does not change this generation
+        log, use = self.log, self.memory_use  # as they are now: unlogged() elsewhere does not change this generation
+        memory = self.memories.space(space) if use != "off" else None
+        if memory is not None:
+            memory.sync()  # what this and other processes remembered since
         cfg, k = round_rules(self.spec_cfg, pick.route.draft_length, self.has_head)
         result = yield from pieces_speculative(
             self.drafter, pick.route.target, self.pair, target_ids, draft_ids, cfg=cfg, k=k,
             budget=budget, record_topk=RECORD_TOPK if log is not None else 0,
-            head=self.head, lookup=self.lookup, earlier=earlier, stops=stops)
+            head=self.head, lookup=self.lookup, earlier=earlier, memory=memory, stops=stops)
         if log is not None and result.verified is not None:
             log.append(self.spec.name, prompt, build_record(self.pair.vmap, result.verified).to_bytes())
+        if memory is not None:
+            kept = fresh[-self.memories.cfg.max_prompt:] if self.memories.cfg.max_prompt else []
+            memory.remember(kept + result.token_ids if use == "on" else [], tally(result.metrics))
         return result
 
     def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, chat: bool = False, stop: Stops = (),
@@ -234,15 +256,30 @@ class Session:
             self.router.choice = choice
 
     @contextmanager
-    def unlogged(self) -> Iterator["Session"]:
+    def unlogged(self, memory: str = "off") -> Iterator["Session"]:
         """Generations started inside the block leave no training record (held-out
-        measurements); they skip computing one too (the target's top-k rows cost ~0.4 ms a token)."""
+        measurements); they skip computing one too (the target's top-k rows cost ~0.4 ms a token).
+        ``memory``: "off", they neither recall from the memory nor are remembered; "read", they
+        recall but are not remembered; "on", as outside the block."""
+        if memory not in ("off", "read", "on"):
+            raise OmniDraftError(f"unlogged(memory=...) must be off, read or on, got {memory!r}")
         log, self.log = self.log, None
+        use, self.memory_use = self.memory_use, memory if self.memories else "off"
         try:
             yield self
         finally:
-            self.log = log
+            self.log, self.memory_use = log, use
 
     def close(self) -> None:
         if self.log is not None:
             self.log.close()
+        if self.memories is not None:
+            self.memories.close()
+
+
+def tally(metrics: dict) -> dict[str, tuple[int, int, int]]:
+    """A generation's rounds by who proposed (drafter, context, memory): (rounds, proposed, accepted)."""
+    kinds = metrics.get("rounds_by_kind", {})
+    return {source: (k["rounds"], k["proposed"], k["accepted"])
+            for source, k in ((s, kinds.get(kind)) for s, kind in (("drafter", "drafter"), ("context", "lookup"),
+                                                                    ("memory", "memory"))) if k}

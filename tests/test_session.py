@@ -15,6 +15,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.sampling import SamplingConfig
 
 from omnidraft.decode.generate import generate_ar
+from omnidraft.decode.text import drained
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models.eager import CausalLM
 from omnidraft.pairs.settings import Runtime, TargetRef
@@ -214,7 +215,7 @@ def test_by_default_a_draft_stops_at_the_drafters_confidence_and_output_stays_th
     assert r.token_ids == ref
     s.close()
     args = ["generate", "--drafter", drafter, "--target", target, "--prompt", PROMPTS[0], "-k", "8", "--no-lookup",
-            "--max-new-tokens", "24", "--dtype", "fp32", "--no-log", "--json"]
+            "--max-new-tokens", "24", "--dtype", "fp32", "--no-log", "--no-memory", "--json"]
     for conf in ("0", "0.5"):
         assert cli.main(args + ["--confidence", conf]) == 0
         out = json.loads(capsys.readouterr().out)
@@ -260,6 +261,85 @@ def test_a_later_turn_copies_from_an_earlier_one(home, models):
     assert "lookup" not in off.generate(PROMPTS[0], max_new_tokens=8).metrics["rounds_by_kind"]
     s.close()
     off.close()
+
+
+def test_a_pair_remembers_its_answers_for_later_sessions_in_their_own_space(home, models, qwen_tok):
+    """A later Session recalls an earlier one's answer from the pair's memory (its context does not
+    hold it) and the target accepts it: the output is the target alone's, token for token. Another
+    space recalls none of it; unlogged() generations neither recall nor are remembered unless asked
+    to read; memory=False turns it off."""
+    from omnidraft import Session
+
+    drafter, target = models
+    first = Session(drafter, target, runtime=FP32, log=False, k=4, lookup=False)
+    ref = generate_ar(LocalTarget(CausalLM(first.target.model.model)), qwen_tok, PROMPTS[0], max_new_tokens=24)
+    assert "memory" not in first.generate(PROMPTS[0], max_new_tokens=24).metrics["rounds_by_kind"]
+    first.close()
+    s = Session(drafter, target, runtime=FP32, log=False, k=4, lookup=False)
+    pieces = s.pieces(PROMPTS[0], max_new_tokens=24)
+    sources = []
+    try:
+        while True:
+            sources.append(next(pieces).source)
+    except StopIteration as done:
+        again = done.value
+    recalled = again.metrics["rounds_by_kind"]["memory"]
+    assert again.token_ids == ref.token_ids and recalled["accepted"] >= len(ref.token_ids) // 2
+    assert "remembered" in sources
+
+    def entries() -> int:
+        return sum(st.entries for st in s.memories._store.stats())
+
+    kept = entries()
+    other = drained(s.pieces(PROMPTS[0], max_new_tokens=24, memory_space="someone else"))
+    assert other.token_ids == ref.token_ids and "memory" not in other.metrics["rounds_by_kind"]
+    with s.unlogged():
+        assert "memory" not in s.generate(PROMPTS[0], max_new_tokens=24).metrics["rounds_by_kind"]
+    with s.unlogged(memory="read"):
+        assert s.generate(PROMPTS[0], max_new_tokens=24).metrics["rounds_by_kind"]["memory"]["accepted"] > 0
+    assert entries() == kept + 1  # the other space's answer; nothing of the unlogged ones
+    s.close()
+    off = Session(drafter, target, runtime=FP32, log=False, k=4, lookup=False, memory=False)
+    assert "memory" not in off.generate(PROMPTS[0], max_new_tokens=24).metrics["rounds_by_kind"]
+    off.close()
+
+
+def test_a_seeded_generation_is_the_targets_own_seeded_output_whatever_it_proposes(home, models):
+    """Point-mass verification draws each position's token from that position's own stream: with
+    one seed the pair commits what the target alone samples, and so does the same request again
+    after the pair remembered it (its rounds then recall, proposing other ids)."""
+    from omnidraft import Session
+
+    drafter, target = models
+    sampling = SamplingConfig(temperature=0.9, top_p=0.95, seed=5)
+    alone = Session(None, target, runtime=FP32, sampling=sampling)
+    ref = alone.generate(PROMPTS[3], max_new_tokens=24).token_ids
+    s = Session(drafter, target, runtime=FP32, log=False, k=4, sampling=sampling, verify="point-mass")
+    first = s.generate(PROMPTS[3], max_new_tokens=24)
+    s.new_conversation()
+    again = s.generate(PROMPTS[3], max_new_tokens=24)
+    assert first.token_ids == again.token_ids == ref
+    assert again.metrics["rounds_by_kind"]["memory"]["accepted"] > 0
+    other = s.generate(PROMPTS[3], max_new_tokens=24, sampling=SamplingConfig(temperature=0.9, top_p=0.95, seed=6))
+    assert other.token_ids != ref
+    s.close()
+    alone.close()
+
+
+def test_an_unreadable_memory_is_one_note_and_the_pair_serves_without_it(home, models, capsys):
+    from omnidraft import Session
+    from omnidraft.pairs.spec import pair_dir, pair_name
+
+    drafter, target = models
+    folder = pair_dir(pair_name(drafter, target)) / "memory"
+    folder.mkdir(parents=True)
+    (folder / "memory.sqlite").write_bytes(b"garbage" * 100)
+    s = Session(drafter, target, runtime=FP32, log=False, k=4)
+    for _ in range(2):
+        assert s.generate(PROMPTS[0], max_new_tokens=8).token_ids
+    notes = [line for line in capsys.readouterr().err.splitlines() if "the memory at" in line]
+    assert len(notes) == 1 and "unreadable" in notes[0]
+    s.close()
 
 
 @pytest.fixture()

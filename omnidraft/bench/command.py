@@ -16,7 +16,7 @@ from omnidraft.errors import OmniDraftError
 OWN = {"widths": ("costs",), "reps": ("costs",), "quants": ("costs",), "no_eager": ("costs",),
        "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",),
        "held": ("usage",), "stream_tokens": ("usage",), "measure_every": ("usage",), "k": ("usage",),
-       "daemon_config": ("usage",), "drain_minutes": ("usage",)}
+       "daemon_config": ("usage",), "drain_minutes": ("usage",), "stream": ("memory",)}
 NEW_TOKENS = 96  # --max-new-tokens where the suite is not usage
 
 
@@ -59,7 +59,7 @@ def run_command(args, log: Callable[[str], None]) -> dict:
     counts = {k: getattr(args, k) for k in SETS if getattr(args, k) is not None}
     opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
                    _new_tokens(args), args.threads, args.dtype, _split(args.rows), _split(args.adapters) or (),
-                   args.clients or 0)
+                   args.clients or 0, **({"stream": args.stream} if args.stream is not None else {}))
     return run_suite(suite(args.suite), opts, out=args.out, keep=not args.no_history, log=log)
 
 

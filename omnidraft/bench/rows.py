@@ -99,18 +99,20 @@ class Missing:
 
 
 class SessionRow:
-    """A row through a ``Session`` (each prompt a conversation of its own)."""
+    """A row through a ``Session`` (each prompt a conversation of its own); ``memory``: how its
+    generations use the Session's memory (Session.unlogged: read, recalling without being remembered)."""
 
     samples = True
 
-    def __init__(self, name: str, session):
-        self.name, self.session = name, session
+    def __init__(self, name: str, session, memory: str = "off"):
+        self.name, self.session, self.memory = name, session, memory
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
         self.session.new_conversation()  # unrelated prompts: none copies from another's answer
         sampling = None if prompt.sampling is None else SamplingConfig(*prompt.sampling, seed=prompt.seed)
-        r = self.session.generate(prompt.messages() or prompt.text, chat=prompt.chat, max_new_tokens=max_new_tokens,
-                                  sampling=sampling)
+        with self.session.unlogged(memory=self.memory):
+            r = self.session.generate(prompt.messages() or prompt.text, chat=prompt.chat,
+                                      max_new_tokens=max_new_tokens, sampling=sampling)
         m = r.metrics
         return Run(m["new_tokens"], m["wall_s"], list(r.token_ids), {**figures(m), "runtime": m.get("target_runtime")})
 
@@ -125,13 +127,65 @@ class SessionRow:
 
 def product(drafter: str, target: str, runtime: Runtime = Runtime(), *, adapter: str = "latest",
             lookup: bool = True) -> SessionRow:
-    """The pair through Session, unlogged (a measurement leaves no training record); ``adapter``
-    and ``lookup`` as Session takes them (a row other than the defaults says so in its name)."""
+    """The pair through Session, unlogged and without the pair's memory (a measurement leaves no
+    training record, and held-out prompts neither recall earlier answers nor are remembered);
+    ``adapter`` and ``lookup`` as Session takes them (a row other than the defaults says so in its name)."""
     from omnidraft.session import Session
 
     name = "omnidraft pair" + ("" if adapter == "latest" else f", adapter {adapter}") + ("" if lookup else
                                                                                          ", no copies")
-    return SessionRow(name, Session(drafter, target, log=False, runtime=runtime, adapter=adapter, lookup=lookup))
+    return SessionRow(name, Session(drafter, target, log=False, memory=False, runtime=runtime, adapter=adapter,
+                                    lookup=lookup))
+
+
+class RememberedRow(SessionRow):
+    """The pair recalling from a scratch memory (its own folder, never the pair's) that a stream of
+    recurring work filled before anything was measured; ``state`` (once closed, its folder gone):
+    the memory's size and lookup time."""
+
+    def __init__(self, name: str, session, folder):
+        super().__init__(name, session, memory="read")
+        self.folder = folder
+        self.state: dict | None = None  # once closed
+
+    def close(self) -> None:
+        import shutil
+
+        from omnidraft.memory.summary import summarize
+
+        memory = self.session.memories.space()
+        self.state = {"memory": summarize(self.folder), "index_bytes": self.session.memories.rss_bytes,
+                      "lookups": memory.finds, "lookup_ms_mean": round(1e3 * memory.find_s / max(memory.finds, 1), 4)}
+        self.session.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def remembered(drafter: str, target: str, runtime: Runtime, stream: int, max_new_tokens: int,
+               log: Callable[[str], None]) -> RememberedRow:
+    """The pair (as ``product``) whose memory first takes in ``stream`` prompts of each kind of
+    recurring work (omnidraft/recurring.py, interleaved by kind), each answered in a conversation
+    of its own and remembered; then measured recalling from it without adding to it."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from omnidraft.memory.config import MemoryConfig
+    from omnidraft.memory.spaces import Memories
+    from omnidraft.recurring import KINDS, recurring
+    from omnidraft.session import Session
+
+    folder = Path(tempfile.mkdtemp(prefix="omnidraft-bench-memory-"))
+    memories = Memories(folder, MemoryConfig(max_bytes=runtime.memory_mib << 20))
+    session = Session(drafter, target, log=False, memory=memories, runtime=runtime)
+    prompts = [p for batch in zip(*(recurring(kind, stream) for kind in KINDS)) for p in batch]
+    t0 = time.perf_counter()
+    for i, p in enumerate(prompts, 1):
+        session.new_conversation()
+        session.generate(p, chat=True, max_new_tokens=max_new_tokens)
+        if i % 10 == 0 or i == len(prompts):
+            log(f"the memory's stream: {i}/{len(prompts)} prompts answered and remembered "
+                f"({time.perf_counter() - t0:.0f} s)")
+    return RememberedRow(f"omnidraft pair, memory after {len(prompts)} prompts of use", session, folder)
 
 
 def target_alone(target: str, runtime: Runtime) -> SessionRow:

@@ -118,7 +118,8 @@ class ServerRow:
         if spec:  # `omnidraft serve`: what its verification took
             figures.update(forwards=spec["target_forwards"] or len(ids), drafted=spec["drafted_tokens"],
                            accepted=spec["accepted_tokens"], copied=spec["copy_proposed_tokens"],
-                           copies_kept=spec["copied_tokens"], runtime=spec["target_runtime"])
+                           copies_kept=spec["copied_tokens"], recalled=spec["recall_proposed_tokens"],
+                           recalls_kept=spec["recalled_tokens"], runtime=spec["target_runtime"])
         return text, Run(len(ids), seconds, ids, figures)
 
     def close(self) -> None:
@@ -134,10 +135,11 @@ class ServerRow:
 def omnidraft_serve(drafter: str, target: str, tok, log, *, threads: int, dtype: str,
                     alone: bool = False) -> ServerRow:
     """`omnidraft serve` on the pair (or the target alone), defaults but ``--no-adapt`` (no
-    training under the clock), no log and one slot (each prompt a conversation of its own);
+    training under the clock), no log, no memory (held-out prompts recall nothing) and one slot
+    (each prompt a conversation of its own);
     ``dtype``: an eager target's."""
     cmd = [sys.executable, "-m", "omnidraft.cli", "serve", "--target", target, "--threads", str(threads), "--no-adapt",
-           "--no-log", "--slots", "1", "--dtype", dtype, "--drafter", "none" if alone else drafter]
+           "--no-log", "--no-memory", "--slots", "1", "--dtype", dtype, "--drafter", "none" if alone else drafter]
     return ServerRow("omnidraft serve" + (" (target alone)" if alone else ""), cmd, tok, health="/health",
                      key_flag="--api-key", threads=threads, log=log)
 

@@ -19,6 +19,11 @@ ratios are to. Every suite's reference is the target alone on the product's runt
   pair through Session on its local runtime, llama.cpp alone and assisted generation; greedy, then
   sampled. In two phases, each with vLLM alone (four vLLM servers and the local pair do not fit
   24 GB at once).
+- ``memory``: what the pair's memory of earlier answers gives after use: the pair recalling from a
+  memory that a stream of recurring work filled (``Options.stream`` prompts of each kind,
+  omnidraft/recurring.py) against the same pair with no memory (a fresh home's), the target alone
+  and llama.cpp alone, on held-out prompts of the same kinds (never in the stream) and, as the
+  control, code and ShareGPT prompts it never saw.
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
@@ -33,6 +38,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.settings import Runtime
 from omnidraft.pairs.spec import DEFAULT_DRAFTER
 
+STREAM = 40  # the memory suite's stream: prompts of each recurring kind (120 in all: the issue's "120 prompts of use")
 ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "product": "the pair through Session (product@V: on adapter version V, product@none: unadapted)",
     "nocopies": "the pair through Session without copies from the context",
@@ -42,6 +48,8 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "assisted": "transformers' assisted generation with the drafter (5 tokens, constant)",
     "transformers": "the target alone in transformers",
     "transformers-lookup": "transformers' prompt-lookup decoding",
+    "remembered": "the pair through Session recalling from a scratch memory filled by a stream of recurring work "
+                  "(--stream prompts of each kind), read-only while measured",
     "serve": "omnidraft serve (the pair) through the openai SDK",
     "serve-target": "omnidraft serve --drafter none (the target alone) through the openai SDK",
     "llamacpp-server": "llama-cpp-python's server on the target's GGUF",
@@ -62,7 +70,8 @@ class Options:
     (ROWS' keys; None: the suite's); ``dtype``: the eager models' dtype (the product's own runtimes
     are `omnidraft pair`'s choice); ``adapters``: adapter versions the ``adapters`` suite runs
     beside the latest and none; ``clients``: the serve suite's clients at once in its second
-    phase (0: none)."""
+    phase (0: none); ``stream``: the prompts of each recurring kind the ``remembered`` row's
+    memory is filled with before anything is measured (None: STREAM)."""
 
     drafter: str = DEFAULT_DRAFTER
     target: str = "qwen2.5-coder-0.5b"
@@ -73,6 +82,7 @@ class Options:
     rows: tuple[str, ...] | None = None
     adapters: tuple[str, ...] = ()
     clients: int = 0
+    stream: int | None = None
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -81,6 +91,8 @@ class Options:
             raise OmniDraftError(f"threads must be >= 1, got {self.threads}")
         if self.clients < 0:
             raise OmniDraftError(f"clients must be >= 0, got {self.clients}")
+        if self.stream is not None and self.stream < 1:
+            raise OmniDraftError(f"stream must be >= 1, got {self.stream}")
         if self.dtype not in ("fp32", "bf16"):
             raise OmniDraftError(f"dtype must be fp32 or bf16, got {self.dtype!r}")
         for name, n in (self.counts or {}).items():
@@ -97,7 +109,8 @@ class Options:
                 "max_new_tokens": self.max_new_tokens, "threads": self.threads, "dtype": self.dtype,
                 "rows": list(self.rows) if self.rows else None, **({"adapters": list(self.adapters)}
                                                                    if self.adapters else {}),
-                **({"clients": self.clients} if self.clients else {})}
+                **({"clients": self.clients} if self.clients else {}),
+                **({"stream": self.stream} if self.stream is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -139,12 +152,16 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
 
     runtime = Runtime(dtype=opts.dtype, threads=opts.threads)
     tok = None
-    for key in sorted(wanted, key=lambda k: k.partition("@")[0] not in ("product", "nocopies")):  # products first
+    for key in sorted(wanted, key=lambda k: k.partition("@")[0] not in ("product", "nocopies", "remembered")):
+        # products first
         name, _, adapter = key.partition("@")
         if name == "product" or name == "nocopies":
             log(f"loading the pair through Session ({key}) ...")
             built[key] = rows.product(opts.drafter, opts.target, runtime, adapter=adapter or "latest",
                                       lookup=name == "product")
+        elif name == "remembered":
+            built[key] = rows.remembered(opts.drafter, opts.target, runtime, opts.stream or STREAM, opts.max_new_tokens,
+                                         log)
         elif name == "target":  # the same runtime as the product's (eager without a product row)
             same = next((r.session.target_runtime for k, r in built.items() if k.startswith("product")), "eager")
             built[key] = rows.target_alone(opts.target, Runtime(target=same, dtype=opts.dtype, threads=opts.threads))
@@ -222,6 +239,10 @@ SUITES = {
                          "assisted")), "vllm", {"code": 6, "chat": 6, "copy": 6},
                   phases=(("vllm", "vllm-proposer", "vllm-draft", "product"),
                           ("vllm", "vllm-ngram", "vllm-suffix", "llamacpp", "assisted")), sampled=(0.7, 0.9)),
+    "memory": Suite("memory", "After a stream of recurring assistant work, does the pair's memory of earlier answers "
+                    "make held-out work of the same kinds faster, and never slower on prompts it never saw?",
+                    _rows(("product", "remembered", "target", "llamacpp")), "target",
+                    {"tests": 6, "extract": 6, "reply": 6, "code": 4, "sharegpt": 4}),
 }
 
 

@@ -14,11 +14,12 @@ last drafted): ``next_k`` drafts only where the rounds without a copy still to c
 save more than that costs. Every round's wall time teaches the model what rounds cost beyond its
 call-by-call timings (pairs/cost.py ``observe_round``), so k follows what rounds really cost here.
 
-A round may instead verify ids copied from the context (propose/lookup.py: no drafter forward).
-``lookup_span`` says how many of a found continuation to verify, or 0 to draft as usual: the
-cost model compares the copy's expected tokens per second, from the acceptance per position that
-earlier lookup rounds after a match of the same length saw (a hopeful prior before any), with
-what drafting (or the target alone) is predicted to give.
+A round may instead verify ids copied from the context (propose/lookup.py) or recalled from the
+pair's memory of earlier answers (memory/): no drafter forward. ``lookup_span`` says how many of
+a found continuation to verify, or 0 to draft as usual: the cost model compares the copy's
+expected tokens per second, from the acceptance per position that earlier rounds of the same
+source after a match of the same length saw (a hopeful prior before any), with what drafting (or
+the target alone) is predicted to give; ``copy_rate`` compares a context copy with a recall.
 
 Knows the cost model's interface; nothing about models, strategies or timing.
 """
@@ -54,14 +55,19 @@ class DraftLength(Protocol):
         """A round took ``seconds``: a ``width``-token verify call after ``forwards`` drafter
         forwards (0: none) that first read ``read`` committed tokens."""
 
-    def lookup_span(self, match: int, available: int) -> int:
-        """Ids to verify this round from a continuation of ``available`` ids copied from the
-        context after a ``match``-id suffix; 0: draft (or decode alone) instead."""
+    def lookup_span(self, match: int, available: int, source: str = "context") -> int:
+        """Ids to verify this round from a continuation of ``available`` ids copied from
+        ``source`` (``context``, ``memory``) after a ``match``-id suffix; 0: draft (or decode
+        alone) instead."""
 
-    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None) -> None:
-        """A lookup round after a ``match``-id suffix proposed ``proposed`` ids, ``accepted`` kept.
-        ``next_kept``: all were kept and the copy went on; whether the target's bonus token is the
-        copy's next id (None otherwise)."""
+    def copy_rate(self, match: int, n: int, source: str = "context") -> float:
+        """What verifying ``n`` such ids is predicted to give (comparable between sources)."""
+
+    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None,
+                       source: str = "context") -> None:
+        """A copy from ``source`` after a ``match``-id suffix proposed ``proposed`` ids, ``accepted``
+        kept. ``next_kept``: all were kept and the copy went on; whether the target's bonus token is
+        the copy's next id (None otherwise)."""
 
 
 @dataclass
@@ -91,15 +97,24 @@ class FixedK:
     def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
         pass
 
-    def lookup_span(self, match: int, available: int) -> int:
+    def lookup_span(self, match: int, available: int, source: str = "context") -> int:
         return min(available, self.k)
 
-    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None) -> None:
+    def copy_rate(self, match: int, n: int, source: str = "context") -> float:
+        return float(n)  # the longer copy (a tie: the context's)
+
+    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None,
+                       source: str = "context") -> None:
         pass
 
 
-LOOKUP_PRIOR = (0.6, 2.0)  # (rate, weight): a lookup of an unseen match length is tried hopefully
+LOOKUP_PRIOR = (0.6, 2.0)  # (rate, weight): a copy after an unseen match length is tried hopefully
 SHARE_PRIOR = 16.0  # tokens' weight of the prior that every token is drafted (drafted_share)
+
+
+def bucket(match: int) -> int:
+    """The match lengths whose copies are counted together: each up to 8, then 12 (9-15), 16 (16+)."""
+    return match if match <= 8 else 12 if match < 16 else 16
 
 
 class CostModelK:
@@ -121,8 +136,8 @@ class CostModelK:
         self.probe_left = 0
         self.pinned: int | None = None  # fixed(): a draft length pairing measures acceptance with
         self.k = 0
-        # lookup rounds by match length: per position, rounds that reached it and that accepted it
-        self.lookup_counts: dict[int, tuple[list[float], list[float]]] = {}
+        # copies by (source, match length's bucket): per position, rounds that reached it and that accepted it
+        self.copy_counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
         self.tokens = (0.0, 0.0)  # committed tokens: (by copies, all)
         self.reestimate()
 
@@ -225,29 +240,40 @@ class CostModelK:
         self.model.observe_round(width, forwards, read, seconds)
         self.reestimate()
 
-    def lookup_rates(self, match: int) -> list[float]:
-        """Acceptance per position of lookup rounds after a ``match``-id suffix, each pulled by
-        LOOKUP_PRIOR's weight toward the position before it (the first toward the prior's rate):
+    def lookup_rates(self, match: int, source: str = "context") -> list[float]:
+        """Acceptance per position of copies from ``source`` after a ``match``-id suffix, each pulled
+        by LOOKUP_PRIOR's weight toward the position before it (the first toward the prior's rate):
         a copy accepted whole so far is likely accepted on, so a position seldom reached is not
         judged by the prior's pessimism (no evidence at all: the prior alone)."""
         prior, weight = LOOKUP_PRIOR
-        reached, accepted = self.lookup_counts.get(match, ([], []))
+        reached, accepted = self.copy_counts.get((source, bucket(match)), ([], []))
         rates = []
         for a, n in zip(accepted, reached):
             prior = (a + prior * weight) / (n + weight)
             rates.append(prior)
         return rates or [prior]
 
-    def lookup_span(self, match: int, available: int) -> int:
+    def _best_copy(self, match: int, available: int, source: str) -> tuple[int, float]:
+        """The most paying copy length of at most ``available`` and its tokens/s (0, 0.0: none measured)."""
         lengths = self.model.copy_lengths(available)
-        if self.pinned is not None or not lengths:  # pairing measures the drafter
-            return 0
-        rates = self.lookup_rates(match)
+        if not lengths:
+            return 0, 0.0
+        rates = self.lookup_rates(match, source)
         best = max(lengths, key=lambda n: self.model.copied_tokens_per_s(rates, n))
-        drafting = self.model.tokens_per_s(self.rates(), self.next_k())
-        return best if self.model.copied_tokens_per_s(rates, best) > drafting else 0
+        return best, self.model.copied_tokens_per_s(rates, best)
 
-    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None) -> None:
+    def lookup_span(self, match: int, available: int, source: str = "context") -> int:
+        if self.pinned is not None:  # pairing measures the drafter
+            return 0
+        best, rate = self._best_copy(match, available, source)
+        drafting = self.model.tokens_per_s(self.rates(), self.next_k())
+        return best if rate > drafting else 0
+
+    def copy_rate(self, match: int, n: int, source: str = "context") -> float:
+        return self.model.copied_tokens_per_s(self.lookup_rates(match, source), n)
+
+    def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None,
+                       source: str = "context") -> None:
         """``next_kept`` counts as one more position observed: the bonus token is the target's
         verdict on the copy's next id (greedy: its argmax; sampling: a draw from p, which is that
         id with probability p(id), the point-mass rule's chance of accepting it). So a copy verified
@@ -255,7 +281,8 @@ class CostModelK:
         self._count_tokens(accepted + 1, copied=True)
         if next_kept is not None:
             proposed, accepted = proposed + 1, accepted + next_kept
-        reached, acc = self.lookup_counts.setdefault(match, ([], []))
+        key = (source, bucket(match))
+        reached, acc = self.copy_counts.setdefault(key, ([], []))
         for i in range(min(proposed, accepted + 1)):
             if i == len(reached):
                 reached.append(0.0)
@@ -263,7 +290,7 @@ class CostModelK:
             reached[i] += 1
             acc[i] += i < accepted
         if reached and reached[0] > self.memory:
-            self.lookup_counts[match] = ([n / 2 for n in reached], [a / 2 for a in acc])
+            self.copy_counts[key] = ([n / 2 for n in reached], [a / 2 for a in acc])
 
     def reaching(self) -> "Reaching":
         """This model with each drafting round allowed ``k_max`` drafts (a stopping rule ends them)."""
@@ -278,7 +305,9 @@ class CostModelK:
                 "position_acceptance": [round(r, 4) for r in self.rates()], "probing": bool(self.probe_left),
                 "drafted_share": round(self.drafted_share(), 3),
                 "drafted_extra_ms": round(self.model.drafted_extra_ms, 2), "pace": round(self.model.pace, 3),
-                "lookup_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m)] for m in sorted(self.lookup_counts)}}
+                **{f"{name}_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m, source)]
+                                          for src, m in sorted(self.copy_counts) if src == source}
+                   for name, source in (("lookup", "context"), ("memory", "memory"))}}
 
 
 class Reaching:

@@ -23,6 +23,7 @@ from omnidraft.decode.ownership import own
 from omnidraft.decode.target import Target
 from omnidraft.decode.text import Detokenizer, StopText, drained, encode_prompt, stop_ids
 from omnidraft.errors import ContextFull, OmniDraftError
+from omnidraft.memory.spaces import Memory
 from omnidraft.models.lm import LM
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.lookup import ContextIndex, LookupConfig
@@ -62,14 +63,15 @@ class Result:
         return bool(self.metrics.get("lossless", True))
 
 
-SOURCES = ("drafted", "copied", "target")
-COPIED = {"lookup": "copied"}  # a round's kind (decode/loop.py Round.kind) -> its accepted proposal's source
+SOURCES = ("drafted", "copied", "remembered", "target")
+COPIED = {"lookup": "copied", "memory": "remembered"}  # a round's kind (decode/loop.py) -> its proposal's source
 
 
 @dataclass(frozen=True)
 class Piece:
     """Text that decoding committed, with where its tokens came from: ``drafted`` (the drafter's
     proposal, accepted by the target), ``copied`` (a continuation copied from the context,
+    accepted), ``remembered`` (a continuation recalled from the pair's memory of earlier answers,
     accepted) or ``target`` (the target's own: the correction or bonus token of a round, or a token
     it decoded alone). A character split across tokens comes out with the piece that completes it."""
 
@@ -197,21 +199,22 @@ def generate_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg:
                          max_new_tokens: int = 128, chat: bool = False,
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
                          head=None, on_round: Callable[[Round], None] | None = None,
-                         lookup: LookupConfig | None = None, earlier: list[int] | None = None) -> Result:
+                         lookup: LookupConfig | None = None, earlier: list[int] | None = None,
+                         memory: Memory | None = None) -> Result:
     """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar); see
     stream_speculative. ``on_text`` sees each text piece."""
     if not get(cfg.strategy).speculative:
         return generate_ar(target, pair.target_tok, prompt, max_new_tokens=max_new_tokens, chat=chat, on_text=on_text)
     pieces = stream_speculative(drafter, target, pair, prompt, cfg=cfg, k=k, max_new_tokens=max_new_tokens,
                                 chat=chat, record_topk=record_topk, head=head, on_round=on_round, lookup=lookup,
-                                earlier=earlier)
+                                earlier=earlier, memory=memory)
     return drained(pieces, on_text)
 
 
 def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: SpecConfig, k: DraftLength,
                        max_new_tokens: int = 128, chat: bool = False, record_topk: int = 0,
                        head=None, on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
-                       earlier: list[int] | None = None) -> Generator[str, None, Result]:
+                       earlier: list[int] | None = None, memory: Memory | None = None) -> Generator[str, None, Result]:
     """Speculative generation as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``).
 
@@ -223,7 +226,8 @@ def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: S
     AcceptanceHead, used when ``cfg.gamma`` is set (adaptive drafting). ``on_round``: called
     with every round as it commits (e.g. decode/rejections.py). ``lookup``: also propose ids
     copied from the context (propose/lookup.py) where ``k``'s cost model prefers them;
-    ``earlier``: target ids of earlier turns to copy from too.
+    ``earlier``: target ids of earlier turns to copy from too; ``memory``: the pair's memory of
+    earlier answers to recall from (memory/spaces.py).
 
     Each call runs on its own state: in-process models that can fork are forked (own KV cache,
     shared weights); a drafter program or a target in use by another generation is an error."""
@@ -231,19 +235,21 @@ def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: S
     return texts(pieces_speculative(drafter, target, pair, target_ids, encode_prompt(pair.draft_tok, prompt, chat=chat),
                                     cfg=cfg, k=k, budget=check_budget(target_ids, max_new_tokens, target),
                                     record_topk=record_topk, head=head,
-                                    on_round=on_round, lookup=lookup, earlier=earlier))
+                                    on_round=on_round, lookup=lookup, earlier=earlier, memory=memory))
 
 
 def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int], draft_ids: list[int], *,
                        cfg: SpecConfig, k: DraftLength, budget: int, record_topk: int = 0,
                        head=None, on_round: Callable[[Round], None] | None = None,
                        lookup: LookupConfig | None = None, earlier: list[int] | None = None,
-                       stops: StopText | None = None) -> Generator[Piece, None, Result]:
+                       memory: Memory | None = None, stops: StopText | None = None) -> Generator[Piece, None, Result]:
     """``stream_speculative`` over a prompt already encoded for both models (``target_ids``,
     ``draft_ids``: the same text in each vocabulary), ``budget`` target tokens at most (checked
     against the window by the caller: ``check_budget``), as Pieces: each round's accepted proposal
-    (drafted or copied) and then its correction or bonus token (the target's own). Ends early
-    where one of ``stops`` appears in the text (the round that made it is the last)."""
+    (drafted, copied or remembered) and then its correction or bonus token (the target's own).
+    ``memory``: the pair's memory to recall continuations from (memory/spaces.py; it learns which
+    entries helped; remembering the answer is the caller's). Ends early where one of ``stops``
+    appears in the text (the round that made it is the last)."""
     sampling, mode = target.sampling, target.mode
     lossless = is_lossless(cfg.strategy, mode, sampling)
     metrics = Metrics(cfg.strategy)
@@ -255,7 +261,7 @@ def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int],
         ctx = DraftContext(pair.draft_tok, pair.vmap, draft_ids)
         stop = stop_ids(pair.target_tok, verifier.eos_ids)
         rounds = decode(proposer, verifier, ctx, target_ids, k=k, max_new_tokens=budget, stop=stop,
-                        record_topk=record_topk,
+                        record_topk=record_topk, memory=memory,
                         lookup=None if lookup is None else ContextIndex(lookup, earlier))
 
         def committed() -> Iterator[tuple[list[int], str]]:  # each round folded into metrics and record rows

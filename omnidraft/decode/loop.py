@@ -2,13 +2,14 @@
 
 Each round reads top to bottom: draft -> translate (the proposer) -> verify (the target) ->
 accept -> reverse translation and cache update, and yields one ``Round``. A round may propose
-ids copied from the context instead (propose/lookup.py: target ids, so no draft and no
-translation) when the draft length's cost model says the copy pays more than drafting. Callers
+ids copied from the context (propose/lookup.py) or recalled from the pair's memory of earlier
+answers (memory/) instead: target ids, so no draft and no translation, when the draft length's
+cost model says the copy pays more than drafting. Callers
 fold rounds into metrics, text and training records. The proposing side of a round (what to
 propose, what the verdict teaches) is decode/speculator.py's, which the vLLM proposer runs around
 vLLM's own verification too; this loop adds the target's verify and the acceptance. Knows the
-stages' interfaces (Proposer, Target, DraftContext, ContextIndex); the stages live in propose/,
-translate/ and decode/target.py. The drafter and target KV caches persist across rounds.
+stages' interfaces (Proposer, Target, DraftContext, ContextIndex, Memory); the stages live in
+propose/, translate/, memory/ and decode/target.py. The drafter and target KV caches persist across rounds.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from omnidraft.decode.draft_length import DraftLength
 from omnidraft.decode.speculator import Speculator
 from omnidraft.decode.target import Target
 from omnidraft.decode.verify import Verdict
+from omnidraft.memory.spaces import Memory
 from omnidraft.propose.base import Proposer
 from omnidraft.propose.lookup import ContextIndex
 from omnidraft.translate.proposal import Proposal
@@ -42,13 +44,14 @@ class Round:
     prefill_s: float  # the target's prompt prefill before the first round
     elapsed_s: float  # since the loop started, prefill included
     kind: str = "drafter"  # who proposed: the proposer's kind ("drafter"; "lookup" for copies from
-    #                        the context, also when the loop took one instead of drafting) or "none"
-    match: int = 0  # lookup rounds: the length of the suffix that matched
+    #                        the context, also when the loop took one instead of drafting; "memory"
+    #                        for a recall from the memory) or "none"
+    match: int = 0  # lookup and memory rounds: the length of the suffix that matched
 
 
 def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: list[int], *,
            k: DraftLength, max_new_tokens: int, stop: set[int], lookup: ContextIndex | None = None,
-           record_topk: int = 0) -> Iterator[Round]:
+           memory: Memory | None = None, record_topk: int = 0) -> Iterator[Round]:
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
 
     ``k`` says how many drafter tokens each round drafts (decode/draft_length.py), told what the
@@ -57,8 +60,9 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     translated back into the drafter's context when a later round drafts, or at the end).
     ``lookup``: the context's index (prompt and committed ids are synced into it each round);
     where its suffix occurred before, ``k.lookup_span`` may take the copied continuation as the
-    round's proposal, a point mass (exact under either verify rule). Such a round is, for the
-    drafter, a round without a draft. ``record_topk`` > 0: each Round carries the target's
+    round's proposal, a point mass (exact under either verify rule); ``memory``: the pair's memory
+    (memory/spaces.py), whose recalls are such copies too. Such a round is, for the drafter, a
+    round without a draft. ``record_topk`` > 0: each Round carries the target's
     top-k rows at its committed positions (``Target.start``).
 
     ``max_new_tokens`` counts target tokens and must fit the target's context window after the
@@ -70,7 +74,7 @@ def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: li
     k.start()
     target.start(prompt_ids, record_topk)
     prefill_s = time.perf_counter() - t0
-    spec = Speculator(proposer, ctx, prompt_ids, k, lookup=lookup, needs_q=target.needs_q,
+    spec = Speculator(proposer, ctx, prompt_ids, k, lookup=lookup, memory=memory, needs_q=target.needs_q,
                       target_vocab=target.vocab_size)
     produced = 0
     try:

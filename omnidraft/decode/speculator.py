@@ -1,11 +1,12 @@
 """One sequence's proposing side of speculative decoding, between two verifications: what the
-next round proposes (a copy from the context, a translated draft, or nothing) and what the
-round's verdict teaches (the draft length's acceptance counts, the drafter's context by reverse
+next round proposes (a copy from the context, a continuation recalled from the pair's memory of
+earlier answers, a translated draft, or nothing) and what the round's verdict teaches (the draft
+length's acceptance counts per source, the memory's credit, the drafter's context by reverse
 translation, the n-gram cache). decode/loop.py runs it around its own target's ``verify``; the
 vLLM proposer (omnidraft/vllm/) runs it around vLLM's step, which verifies in its place.
 
-Knows the stages' interfaces (Proposer, DraftLength, DraftContext, ContextIndex); nothing about
-the target or how verification is done.
+Knows the stages' interfaces (Proposer, DraftLength, DraftContext, ContextIndex, Memory); nothing
+about the target or how verification is done.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from dataclasses import dataclass
 
 from omnidraft.decode.draft_length import DraftLength
+from omnidraft.memory.index import Recall
+from omnidraft.memory.spaces import Memory
 from omnidraft.propose.base import DraftState, Proposer
 from omnidraft.propose.lookup import ContextIndex, Match
 from omnidraft.translate.proposal import Proposal
@@ -25,15 +28,17 @@ class Plan:
     """What a round proposes and why."""
 
     proposal: Proposal  # the target ids to verify (none: the target decodes one token alone)
-    match: Match | None  # the copy's match, when the round copies from the context
+    match: Match | Recall | None  # what the round copies from: the context's match or the memory's recall
     drafted: int  # drafter tokens the round asked for (0: a copy, or nothing)
     read: int  # committed tokens the drafter first read (its catch-up), when it drafted
     caught_up_s: float  # choosing and the drafter's catch-up's reverse translation
 
     @property
     def kind(self) -> str:
-        """``lookup`` (copied from the context), ``drafter`` or ``none``."""
-        return "lookup" if self.match else "drafter" if self.drafted else "none"
+        """``lookup`` (copied from the context), ``memory`` (recalled), ``drafter`` or ``none``."""
+        if self.match:
+            return "memory" if self.match.source == "memory" else "lookup"
+        return "drafter" if self.drafted else "none"
 
     @property
     def width(self) -> int:
@@ -44,11 +49,13 @@ class Plan:
 class Speculator:
     """``proposer``: the strategy's (it owns the drafter's cache); ``ctx``: the drafter's tokens of
     the prompt; ``prompt_ids``: the target's; ``k``: the draft length (fixed, or the cost model);
-    ``lookup``: the context's index for copies (None: no copies)."""
+    ``lookup``: the context's index for copies (None: no copies); ``memory``: the pair's memory of
+    earlier answers to recall from (None: none)."""
 
     def __init__(self, proposer: Proposer, ctx: DraftContext, prompt_ids: list[int], k: DraftLength, *,
-                 lookup: ContextIndex | None = None, needs_q: bool = False, target_vocab: int = 0):
-        self.proposer, self.k, self.lookup = proposer, k, lookup
+                 lookup: ContextIndex | None = None, memory: Memory | None = None, needs_q: bool = False,
+                 target_vocab: int = 0):
+        self.proposer, self.k, self.lookup, self.memory = proposer, k, lookup, memory
         self.state = DraftState(ctx, list(prompt_ids), needs_q=needs_q, target_vocab=target_vocab)
         self.behind: list[int] = []  # committed by rounds without a draft, not yet translated back
 
@@ -61,11 +68,11 @@ class Speculator:
         """The next round's proposal: at most ``room`` ids (what can still be committed beyond the
         correction or bonus), ``remaining`` being what the generation may still commit; ``window``:
         the most ids the verify call can take (the target's window left; None: ``room``).
-        A copy from the context where one is found and the draft length prefers it; else the
-        drafter's k tokens, translated (first reading what rounds without a draft committed)."""
+        A copy from the context or a recall from the memory where one is found and the draft length
+        prefers it (of both, the one it predicts faster); else the drafter's k tokens, translated
+        (first reading what rounds without a draft committed)."""
         t0 = time.perf_counter()
-        match = self._look_up(room)
-        span = self.k.lookup_span(match.length, len(match.continuation)) if match else 0
+        match, span = self._copy(room)
         unread = 0 if span else self.proposer.unread(self.state) + len(self.behind)
         drafted = 0 if span else min(self.k.next_k(unread, remaining), room)
         if drafted:
@@ -87,7 +94,9 @@ class Speculator:
         if plan.match:  # a copy kept whole: is the bonus token the copy's next id?
             more = accepted == n < len(plan.match.continuation)
             self.k.observe_lookup(plan.match.length, n, accepted,
-                                  token == plan.match.continuation[n] if more else None)
+                                  token == plan.match.continuation[n] if more else None, plan.match.source)
+            if plan.kind == "memory":
+                self.memory.verified_by(plan.match, accepted)
         else:
             self.k.observe(n, accepted)
 
@@ -108,12 +117,22 @@ class Speculator:
         """The drafter's context made whole (a training record reads it)."""
         self._translate_back()
 
-    def _look_up(self, room: int) -> Match | None:
-        """The context's latest earlier match and up to ``room`` ids that followed it, if any."""
-        if self.lookup is None or room < 1:
-            return None
-        self.lookup.sync(self.state.committed)
-        return self.lookup.find(room)
+    def _copy(self, room: int) -> tuple[Match | Recall | None, int]:
+        """What to copy (the context's latest earlier match, the memory's recall) and how many of
+        its ids, as the draft length chooses; (None, 0): nothing found, or drafting preferred."""
+        if room < 1:
+            return None, 0
+        found = []
+        if self.lookup is not None:
+            self.lookup.sync(self.state.committed)
+            found.append(self.lookup.find(room))
+        if self.memory is not None:
+            found.append(self.memory.find(self.state.committed, room))
+        spans = [(m, self.k.lookup_span(m.length, len(m.continuation), m.source)) for m in found if m]
+        spans = [(m, n) for m, n in spans if n]
+        if not spans:
+            return None, 0
+        return max(spans, key=lambda mn: self.k.copy_rate(mn[0].length, mn[1], mn[0].source))
 
     def _translate_back(self) -> None:
         """Reverse translation of the committed ids not yet read back, and the proposer's cache update."""

@@ -18,7 +18,7 @@ import torch
 
 from omnidraft.decode.modes import check_verify_mode
 from omnidraft.models.lm import LM
-from omnidraft.sampling import LazyProbs, SamplingConfig
+from omnidraft.sampling import LazyProbs, PositionDraws, SamplingConfig
 from omnidraft.decode.text import model_eos_ids
 from omnidraft.decode.verify import Verdict, verify_greedy, verify_point_mass, verify_rejection
 
@@ -80,7 +80,9 @@ class LocalTarget:
         self.sampling = sampling
         self.mode = mode
         self.stream = stream
-        self.gen: torch.Generator | None = None  # drawn at start
+        self.gen: torch.Generator | None = None  # drawn at start: rejection's uniforms
+        self.draws: PositionDraws | None = None  # drawn at start: point-mass's stream per position
+        self.position = 0  # the sequence position of the next committed token
         self.pending: int | None = None
         self.ahead: torch.Tensor | None = None  # [1, V] the pending token's logits when it is cached
         self.record_topk = 0
@@ -113,6 +115,7 @@ class LocalTarget:
         """``record_topk`` > 0: after each verify, ``last_rows`` holds the target's top-k ids and
         probabilities ([n+1, k] each) at the committed positions, for training records."""
         self.gen = self.sampling.generator(self.stream)
+        self.draws, self.position = PositionDraws(self.sampling, self.stream), len(prompt_ids)
         self.record_topk, self.last_rows = record_topk, None
         self.ahead = self.model.sync(prompt_ids).logits[-1:]  # the cached prefix kept
         self.pending = prompt_ids[-1]
@@ -145,6 +148,7 @@ class LocalTarget:
             self.model.truncate(length)
             raise
         self.pending, self.ahead = verdict.token, None
+        self.position += verdict.accepted + 1
         return verdict
 
     def _verify(self, proposal: list[int], q: torch.Tensor | None) -> Verdict:
@@ -161,7 +165,7 @@ class LocalTarget:
             if self.mode == "rejection" and proposal:
                 verdict = verify_rejection(proposal, q, p, self.gen)
             else:
-                verdict = verify_point_mass(proposal, p, self.gen)
+                verdict = verify_point_mass(proposal, p, lambda i: self.draws.at(self.position + i))
         if self.record_topk:
             self.last_rows = topk_rows(logits[: verdict.accepted + 1], self.record_topk)
         self.model.rollback(len(proposal) - verdict.accepted)

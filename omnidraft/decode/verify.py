@@ -16,6 +16,7 @@ vocabularies.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -69,21 +70,19 @@ def verify_rejection(proposal: list[int], q: torch.Tensor, p: torch.Tensor,
     return Verdict(m, _draw(p[m], gen))
 
 
-def verify_point_mass(proposal: list[int], p: torch.Tensor, gen: torch.Generator) -> Verdict:
+def verify_point_mass(proposal: list[int], p: torch.Tensor, gen_at: Callable[[int], torch.Generator]) -> Verdict:
     """Lossless for any proposal mechanism: treat each proposal as a point mass q = 1{t_i}.
 
-    Accept t_i with probability p_i(t_i); on rejection draw the correction from p_i with t_i
-    removed and renormalised; if all are accepted draw the bonus from p_m.
+    Row i's token x_i is drawn from p_i with the stream ``gen_at(i)``; t_i is accepted iff it is
+    x_i, and the first x_i that differs is the correction (all equal: x_m is the bonus). So t_i is
+    accepted with probability p_i(t_i) and the correction is drawn from p_i without t_i,
+    renormalised: the point-mass rule. Each committed token is x_i, a draw from p_i: given one
+    stream per sequence position (sampling.PositionDraws), a seeded generation commits the
+    target's own seeded tokens whatever was proposed.
     p: [m+1, V] target distributions.
     """
-    m = len(proposal)
     for i, t in enumerate(proposal):
-        pt = float(p[i][t])
-        u = float(torch.rand((), generator=gen))
-        if u < pt:
-            continue
-        residual = p[i].clone()
-        residual[t] = 0.0
-        total = float(residual.sum())
-        return Verdict(i, _draw(residual / total if total > 0 else p[i], gen))
-    return Verdict(m, _draw(p[m], gen))
+        x = _draw(p[i], gen_at(i))
+        if x != t:
+            return Verdict(i, x)
+    return Verdict(len(proposal), _draw(p[len(proposal)], gen_at(len(proposal))))

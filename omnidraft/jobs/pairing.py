@@ -100,7 +100,7 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
         if store.latest(name) is None:
             first_adapter(store, name, drafter)
     session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact,
-                                 route=False)  # each runtime measured on its own
+                                 route=False, memory=False)  # each runtime measured on its own, never recalled
     name = session.spec.name
     if session.store.latest(name) is None:  # a given session's pair
         first_adapter(session.store, name, session.spec.drafter,
@@ -166,7 +166,7 @@ def _reopen(session, drafter: str, target: TargetRef, runtime: str):
     from omnidraft.session import Session
 
     session.close()
-    return Session(drafter, target, runtime=Runtime(target=runtime))
+    return Session(drafter, target, runtime=Runtime(target=runtime), memory=False)
 
 
 def _cost_model(session) -> dict:

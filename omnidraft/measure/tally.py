@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 def figures(m: dict) -> dict:
     """One generation's decoding figures from its metrics (decode/metrics.py's summary), as
     ``Tally.add`` takes them: the drafter's proposals apart from copies from the context (a
-    ``lookup`` round), target forwards, prefill seconds, the median translation ms of a drafted one."""
-    copies = (m.get("rounds_by_kind") or {}).get("lookup", {})
-    drafted = (m.get("proposed") or 0) - copies.get("proposed", 0)
-    return {"drafted": drafted, "accepted": (m.get("accepted") or 0) - copies.get("accepted", 0),
+    ``lookup`` round) and recalls from the memory (a ``memory`` round), target forwards, prefill
+    seconds, the median translation ms of a drafted one."""
+    kinds = m.get("rounds_by_kind") or {}
+    copies, recalls = kinds.get("lookup", {}), kinds.get("memory", {})
+    drafted = (m.get("proposed") or 0) - copies.get("proposed", 0) - recalls.get("proposed", 0)
+    return {"drafted": drafted,
+            "accepted": (m.get("accepted") or 0) - copies.get("accepted", 0) - recalls.get("accepted", 0),
             "copied": copies.get("proposed", 0), "copies_kept": copies.get("accepted", 0),
+            "recalled": recalls.get("proposed", 0), "recalls_kept": recalls.get("accepted", 0),
             "forwards": m.get("target_forwards") or m["new_tokens"], "prefill": m.get("prefill_s") or 0.0,
             "translate_ms": m.get("translate_ms_median") if drafted else None}
 
@@ -27,7 +31,7 @@ class Tally:
     """``per_prompt``: (new tokens, wall seconds) per prompt, in the order added; ``prefill``: the
     seconds of those walls before the first new token (0 where a row does not say); ``drafted`` and
     ``accepted``: the drafter's proposed and kept ids; ``copied`` and ``copies_kept``: the same for
-    copies from the context; ``forwards``: target forwards (``uncounted``: prompts whose row did
+    copies from the context; ``recalled`` and ``recalls_kept``: for recalls from the memory; ``forwards``: target forwards (``uncounted``: prompts whose row did
     not count them); ``translate_ms``: each drafted generation's median translation ms;
     ``first_token``: seconds to the first token where a row says (a server's); ``by_position``:
     drafted ids accepted at each draft position (where an engine counts them: vLLM's); ``equal``:
@@ -40,6 +44,8 @@ class Tally:
     accepted: int = 0
     copied: int = 0
     copies_kept: int = 0
+    recalled: int = 0
+    recalls_kept: int = 0
     forwards: int = 0
     uncounted: int = 0
     equal: int = 0
@@ -50,7 +56,8 @@ class Tally:
     by_position: list[int] = field(default_factory=list)
 
     def add(self, tokens: int, seconds: float, *, prefill: float = 0.0, drafted: int = 0, accepted: int = 0,
-            copied: int = 0, copies_kept: int = 0, forwards: int | None = None, translate_ms: float | None = None,
+            copied: int = 0, copies_kept: int = 0, recalled: int = 0, recalls_kept: int = 0,
+            forwards: int | None = None, translate_ms: float | None = None,
             first_token_s: float | None = None, by_position: list[int] | None = None, equal: bool | None = None,
             counted: bool = True) -> None:
         """One prompt's run: ``forwards`` None means one target forward per new token (no drafts);
@@ -63,6 +70,8 @@ class Tally:
         self.accepted += accepted
         self.copied += copied
         self.copies_kept += copies_kept
+        self.recalled += recalled
+        self.recalls_kept += recalls_kept
         self.forwards += tokens if forwards is None else forwards
         self.uncounted += int(not counted)
         if translate_ms is not None:
@@ -114,7 +123,7 @@ class Tally:
         return {"prompts": self.prompts, "tokens": self.tokens, "seconds": round(self.wall, 3),
                 "tokens_per_s": round(self.tokens_per_s(), 3), "drafted": self.drafted, "accepted": self.accepted,
                 "acceptance": None if acc is None else round(acc, 4), "copied": self.copied,
-                "copies_kept": self.copies_kept,
+                "copies_kept": self.copies_kept, "recalled": self.recalled, "recalls_kept": self.recalls_kept,
                 "tokens_per_forward": None if per_forward is None else round(per_forward, 3), "equal": self.equal,
                 "compared": self.compared, "latency_p50_s": rounded(self.latency(0.5)),
                 "latency_p95_s": rounded(self.latency(0.95)),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.layout import QUANTS
+from omnidraft.memory.config import DEFAULT_MIB
 from omnidraft.models.loading import DTYPES
 from omnidraft.pairs.spec import REMOTE_SCHEMES
 from omnidraft.translate.ngram import POLICIES
@@ -64,7 +65,8 @@ class Runtime:
     and loads, else PyTorch; a target may also be ``llamacpp``: its GGUF on llama.cpp (the
     ``llamacpp`` extra). ``quant``, ``max_seq``, ``specvocab_k``: which drafter program.
     ``dtype``: an eager target's weights. ``threads``: torch's and ExecuTorch's (None: as set).
-    ``ngram_policy`` / ``ngram_mib``: the pair's n-gram cache eviction and memory bound."""
+    ``ngram_policy`` / ``ngram_mib``: the pair's n-gram cache eviction and memory bound.
+    ``memory_mib``: the bound of the pair's memory of earlier answers (memory/), disk and RAM."""
 
     drafter: str = "auto"
     target: str = "auto"
@@ -75,6 +77,7 @@ class Runtime:
     threads: int | None = None
     ngram_policy: str = "lfu"
     ngram_mib: int = 64
+    memory_mib: int = DEFAULT_MIB
 
     def __post_init__(self):
         for name, value, choices in (("drafter", self.drafter, RUNTIMES), ("target", self.target, TARGET_RUNTIMES),
@@ -85,3 +88,4 @@ class Runtime:
         _check(self.specvocab_k >= 0, "Runtime", "specvocab_k", ">= 0", self.specvocab_k)
         _check(self.threads is None or self.threads >= 1, "Runtime", "threads", ">= 1", self.threads)
         _check(self.ngram_mib >= 1, "Runtime", "ngram_mib", ">= 1", self.ngram_mib)
+        _check(self.memory_mib >= 1, "Runtime", "memory_mib", ">= 1", self.memory_mib)

@@ -39,6 +39,7 @@ class LookupConfig:
 class Match:
     length: int  # ids of the context's suffix that matched an earlier occurrence
     continuation: list[int]  # what followed that occurrence (at least one id, at most max_span)
+    source = "context"
 
 
 class ContextIndex:

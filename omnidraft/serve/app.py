@@ -6,8 +6,10 @@
   GET  /metrics                                     Prometheus text (serve/metrics.py)
   GET  /                                            the chat page (serve/page.html; no key: it asks)
 
-With an API key, every /v1 route and /metrics need ``Authorization: Bearer KEY`` (compared in
-constant time) before anything else is read. Every client mistake is a 4xx in OpenAI's error
+With API keys, every /v1 route and /metrics need ``Authorization: Bearer KEY`` with one of them
+(compared in constant time) before anything else is read; each key's generations recall from and
+are remembered in a memory of their own (memory/: a client never receives proposals drawn from
+another key's answers), unless the server shares one. Every client mistake is a 4xx in OpenAI's error
 shape (serve/errors.py); a client that leaves stops its generation. Knows HTTP and the shapes of
 requests and replies; generation is the Runner's (serve/runner.py).
 """
@@ -15,6 +17,7 @@ requests and replies; generation is the Runner's (serve/runner.py).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 from contextlib import asynccontextmanager, suppress
@@ -31,6 +34,7 @@ from starlette.routing import Route
 
 from omnidraft.decode.generate import Piece, Result
 from omnidraft.errors import OmniDraftError
+from omnidraft.memory.spaces import LOCAL
 from omnidraft.sampling import SamplingConfig
 from omnidraft.serve import errors
 from omnidraft.serve.errors import ApiError
@@ -45,13 +49,21 @@ POLL_S = 0.2  # how often a request not yet streaming checks that its client is 
 
 @dataclass(frozen=True)
 class Served:
-    """What the app serves: the model's id, the key (None: no key on loopback), the body bound and
-    the sampling a request that names none gets."""
+    """What the app serves: the model's id, the keys (none: no key on loopback), the body bound,
+    the sampling a request that names none gets, and whether every key shares one memory."""
 
     model: str
-    api_key: str | None
+    api_keys: tuple[str, ...]
     max_body: int
     sampling: SamplingConfig
+    shared_memory: bool = False
+
+
+def memory_space(key: str | None, shared: bool = False) -> str:
+    """The memory space a key's generations use (named by a hash: the key is never stored)."""
+    if shared:
+        return "shared"
+    return LOCAL if key is None else "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 class _Gone(Exception):
@@ -92,7 +104,8 @@ def create_app(runner: Runner, served: Served):
     async def _answer(request: Request, ask: Ask, is_chat: bool):
         if ask.model != served.model:
             raise refuse_model(ask.model, served.model)
-        events = runner.generate(ask, _sampling(ask, served.sampling))
+        space = request.scope.get("state", {}).get("memory_space", memory_space(None, served.shared_memory))
+        events = runner.generate(ask, _sampling(ask, served.sampling), space)
         reply = Reply(served.model, is_chat, ask.sources)
         try:
             first = await _next(events, request)
@@ -121,22 +134,25 @@ def create_app(runner: Runner, served: Served):
         yield
 
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
-    return _Keyed(app, served.api_key)
+    return _Keyed(app, served.api_keys, served.shared_memory)
 
 
 class _Keyed:
-    """ASGI middleware: the key check on every protected path, before any route or body."""
+    """ASGI middleware: the key check on every protected path, before any route or body; the
+    request's memory space in its scope's state."""
 
-    def __init__(self, app, key: str | None):
+    def __init__(self, app, keys: tuple[str, ...], shared: bool):
         self.app = app
-        self.expected = None if key is None else f"Bearer {key}".encode()
+        self.expected = [(f"Bearer {key}".encode(), memory_space(key, shared)) for key in keys]
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and self.expected is not None and scope["path"].startswith(PROTECTED):
+        if scope["type"] == "http" and self.expected and scope["path"].startswith(PROTECTED):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            spaces = [space for expected, space in self.expected if hmac.compare_digest(given, expected)]
+            if not spaces:
                 return await errors.send(send, ApiError(401, "missing or incorrect API key (send Authorization: "
                                                         "Bearer KEY)", code="invalid_api_key"))
+            scope.setdefault("state", {})["memory_space"] = spaces[0]
         return await self.app(scope, receive, send)
 
 

@@ -1,7 +1,8 @@
 """``GET /metrics``: the server's totals in Prometheus' text format, under the names vLLM uses for
 speculative decoding (``spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
 ``..._num_accepted_tokens_total``) with the ``omnidraft:`` prefix, plus what only OmniDraft has:
-copies from the context, the adapter version drafting now, the conversation slots.
+copies from the context, recalls from the memory of earlier answers, the adapter version drafting
+now, the conversation slots, the memory's size.
 
 Knows the Runner's counters; nothing about HTTP.
 """
@@ -16,6 +17,10 @@ COUNTERS = [  # (name, help, the Counters field)
     ("spec_decode_num_copies_total", "Rounds that verified a continuation copied from the context.", "copies"),
     ("spec_decode_num_copy_tokens_total", "Tokens copied from the context and proposed.", "copy_tokens"),
     ("spec_decode_num_accepted_copy_tokens_total", "Copied tokens the target accepted.", "copied"),
+    ("spec_decode_num_recalls_total", "Rounds that verified a continuation recalled from the memory of earlier "
+     "answers.", "recalls"),
+    ("spec_decode_num_recall_tokens_total", "Tokens recalled from the memory and proposed.", "recall_tokens"),
+    ("spec_decode_num_accepted_recall_tokens_total", "Recalled tokens the target accepted.", "recalled"),
     ("target_forwards_total", "Target forward passes (one per round).", "target_forwards"),
     ("prompt_tokens_total", "Prompt tokens of finished requests.", "prompt_tokens"),
     ("prompt_tokens_cached_total", "Prompt tokens a slot's cache already held.", "prompt_cached"),
@@ -45,4 +50,7 @@ def prometheus(runner, model: str) -> str:
         version = session.version or "none"
         metric("adapter_info", "gauge", "The drafter's adapter version drafting now.",
                [(f'{{{m},version="{version}"}}', 1)])
+        if session.memories is not None:
+            metric("memory_index_bytes", "gauge", "RAM the memory's loaded indexes hold.",
+                   [(f"{{{m}}}", session.memories.rss_bytes)])
     return "\n".join(lines) + "\n"

@@ -4,7 +4,8 @@
 Every ``usage`` carries, beside OpenAI's counts, the speculative figures of the generation under
 ``speculative`` (no flag needed): tokens the drafter proposed and the target accepted, tokens
 copied from the context, the target's forwards and the tokens each committed, the adapter that
-drafted, the target's runtime and whether the output is exactly the target's. Knows the shapes
+drafted, the target's runtime and whether the output is exactly the target's; tokens recalled
+from the pair's memory of earlier answers apart from both. Knows the shapes
 and a Result's metrics; nothing about HTTP.
 """
 
@@ -20,10 +21,11 @@ from omnidraft.decode.generate import Piece, Result
 def speculative(m: dict) -> dict:
     """The speculative figures of one generation's metrics (decode/metrics.py summary)."""
     kinds = m.get("rounds_by_kind", {})
-    drafted, copied = kinds.get("drafter", {}), kinds.get("lookup", {})
+    drafted, copied, recalled = kinds.get("drafter", {}), kinds.get("lookup", {}), kinds.get("memory", {})
     forwards = m.get("target_forwards") or 0
     return {"drafted_tokens": drafted.get("proposed", 0), "accepted_tokens": drafted.get("accepted", 0),
             "copy_proposed_tokens": copied.get("proposed", 0), "copied_tokens": copied.get("accepted", 0),
+            "recall_proposed_tokens": recalled.get("proposed", 0), "recalled_tokens": recalled.get("accepted", 0),
             "target_forwards": forwards,
             "tokens_per_target_forward": round(m["new_tokens"] / forwards, 3) if forwards else None,
             "tokens_per_s": m.get("tokens_per_s"), "adapter": m.get("adapter"),

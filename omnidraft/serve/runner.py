@@ -22,6 +22,7 @@ import anyio
 
 from omnidraft.decode.generate import Piece, Result
 from omnidraft.errors import ContextFull, OmniDraftError
+from omnidraft.memory.spaces import LOCAL
 from omnidraft.sampling import SamplingConfig
 from omnidraft.serve.errors import ApiError
 from omnidraft.serve.requests import Ask
@@ -43,6 +44,9 @@ class Counters:
     copies: int = 0  # rounds that verified a copy from the context
     copy_tokens: int = 0
     copied: int = 0
+    recalls: int = 0  # rounds that verified a continuation recalled from the memory
+    recall_tokens: int = 0
+    recalled: int = 0
     seconds: float = 0.0  # generation time, summed
 
     def add(self, result: Result, seconds: float) -> None:
@@ -53,13 +57,16 @@ class Counters:
         self.generation_tokens += len(result.token_ids)
         self.target_forwards += m.get("target_forwards", 0)
         kinds = m.get("rounds_by_kind", {})
-        d, c = kinds.get("drafter", {}), kinds.get("lookup", {})
+        d, c, r = kinds.get("drafter", {}), kinds.get("lookup", {}), kinds.get("memory", {})
         self.drafts += d.get("rounds", 0)
         self.draft_tokens += d.get("proposed", 0)
         self.accepted += d.get("accepted", 0)
         self.copies += c.get("rounds", 0)
         self.copy_tokens += c.get("proposed", 0)
         self.copied += c.get("accepted", 0)
+        self.recalls += r.get("rounds", 0)
+        self.recall_tokens += r.get("proposed", 0)
+        self.recalled += r.get("accepted", 0)
         self.seconds += seconds
 
 
@@ -96,9 +103,11 @@ class Runner:
         mean = self.counters.seconds / done if done else 5.0
         return max(1, min(60, math.ceil(mean)))
 
-    async def generate(self, ask: Ask, sampling: SamplingConfig | None) -> AsyncIterator[Piece | Result]:
-        """The pieces of ``ask``'s answer, then its Result. Closed early (the client left), the
-        generation stops within a round and the next request waits until it has."""
+    async def generate(self, ask: Ask, sampling: SamplingConfig | None,
+                       space: str = LOCAL) -> AsyncIterator[Piece | Result]:
+        """The pieces of ``ask``'s answer, then its Result, recalling from and remembered in the
+        memory's ``space``. Closed early (the client left), the generation stops within a round and
+        the next request waits until it has."""
         session = self.session
         if session is None:
             raise ApiError(503, self.failed or "the server is still loading the models", code="loading",
@@ -113,7 +122,7 @@ class Runner:
             async with self._turn:
                 self.waiting, waiting, self.running = self.waiting - 1, False, 1
                 try:
-                    async for event in self._run(session, ask, sampling):
+                    async for event in self._run(session, ask, sampling, space):
                         yield event
                 finally:
                     self.running = 0
@@ -121,7 +130,8 @@ class Runner:
             if waiting:  # left the queue before its turn
                 self.waiting -= 1
 
-    async def _run(self, session, ask: Ask, sampling: SamplingConfig | None) -> AsyncIterator[Piece | Result]:
+    async def _run(self, session, ask: Ask, sampling: SamplingConfig | None,
+                   space: str) -> AsyncIterator[Piece | Result]:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         stop = threading.Event()
@@ -130,7 +140,8 @@ class Runner:
         def work() -> None:
             t0 = time.perf_counter()
             pieces = session.pieces(ask.messages if ask.messages is not None else ask.prompt,
-                                    max_new_tokens=ask.max_tokens, stop=ask.stop, sampling=sampling, strict=True)
+                                    max_new_tokens=ask.max_tokens, stop=ask.stop, sampling=sampling, strict=True,
+                                    memory_space=space)
             try:
                 while not stop.is_set():
                     try:

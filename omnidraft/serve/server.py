@@ -45,19 +45,21 @@ def model_id(target: str) -> str:
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """Where the server listens and what it allows. A non-loopback ``host`` needs ``api_key``.
+    """Where the server listens and what it allows. A non-loopback ``host`` needs an API key;
+    ``api_keys``: each key's generations have a memory of their own, unless ``shared_memory``.
     ``slots``: conversations whose caches are kept between requests (least recently used evicted);
     ``queue``: requests that may wait behind the one generating (more: 429); ``max_body``: bytes;
     ``sampling``: what a request that names none gets (greedy: the target's own output)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
-    api_key: str | None = None
+    api_keys: tuple[str, ...] = ()
     slots: int = 2
     queue: int = 8
     max_body: int = 1 << 20
     adapt: bool = True
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    shared_memory: bool = False
 
     def __post_init__(self):
         if not 0 <= self.port <= 65535:
@@ -68,9 +70,9 @@ class ServeConfig:
             raise OmniDraftError(f"--queue must be >= 0, got {self.queue}")
         if self.max_body < 1024:
             raise OmniDraftError(f"--max-body must be >= 1024 bytes, got {self.max_body}")
-        if self.api_key is not None and len(self.api_key) < MIN_KEY:
-            raise OmniDraftError(f"the API key must be at least {MIN_KEY} characters")
-        if self.api_key is None and not is_loopback(self.host):
+        if any(len(key) < MIN_KEY for key in self.api_keys):
+            raise OmniDraftError(f"an API key must be at least {MIN_KEY} characters")
+        if not self.api_keys and not is_loopback(self.host):
             raise OmniDraftError(f"--host {self.host} is reachable beyond this machine: it needs an API key",
                                  "pass --api-key or set OMNIDRAFT_API_KEY")
 
@@ -85,7 +87,7 @@ def serve(cfg: ServeConfig, model: str, make_session) -> int:
     from omnidraft.train import daemon
 
     runner = Runner(make_session, cfg.queue)
-    app = create_app(runner, Served(model, cfg.api_key, cfg.max_body, cfg.sampling))
+    app = create_app(runner, Served(model, cfg.api_keys, cfg.max_body, cfg.sampling, cfg.shared_memory))
     server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                                            timeout_graceful_shutdown=5))
     started = []  # the daemon's pid, when this server started it

@@ -76,7 +76,7 @@ def serve(make_session, model: str):
     from omnidraft.serve.runner import Runner
 
     runner = Runner(make_session, 8)
-    app = create_app(runner, Served(model, None, 1 << 20, SamplingConfig()))
+    app = create_app(runner, Served(model, (), 1 << 20, SamplingConfig()))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

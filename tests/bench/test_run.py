@@ -129,3 +129,24 @@ def test_a_suite_in_phases_runs_each_beside_its_reference_then_sampled_on_the_ro
     assert "no vLLM here" in got["missing"]["vllm"]
     md = sorted((tmp_path / "results").glob("bench-pair-*.md"))[-1].read_text()
     assert "| phase |" in md and "Not run here: vllm: no vLLM here" in md
+
+
+def test_the_memory_suite_recalls_a_streams_answers_on_held_out_work_and_leaves_the_pairs_memory_alone(
+        tmp_path, monkeypatch, models):
+    """The remembered row answers a stream of recurring work into a scratch memory, then recalls
+    from it on held-out prompts (never in the stream) without adding to it; its greedy output is
+    the target's own; the pair's own memory in the home is never touched."""
+    from omnidraft.pairs.spec import pair_dir, pair_name
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    drafter, target = models
+    opts = Options(drafter, target, {"extract": 2, "code": 1}, max_new_tokens=16, dtype="fp32", stream=3,
+                   rows=("product", "remembered", "target"))
+    got = run_suite(suite("memory"), opts, out=tmp_path / "results", keep=False)
+    name = "omnidraft pair, memory after 9 prompts of use"
+    assert list(got["rows"]) == ["omnidraft pair", name, "target alone (eager)"]
+    assert got["rows"][name]["equal"] == 3 and got["rows"]["omnidraft pair"]["recalled"] == 0
+    state = got["states"][name]
+    assert state["memory"]["spaces"][0]["entries"] == 9 and state["lookups"] > 0  # the stream only
+    assert got["options"]["stream"] == 3
+    assert not (pair_dir(pair_name(drafter, target)) / "memory").exists()

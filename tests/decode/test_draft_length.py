@@ -210,7 +210,7 @@ def test_a_copy_kept_whole_learns_from_the_bonus_token_whether_its_next_id_would
         dl.observe_lookup(8, 3, 3, next_kept=True)
     assert len(dl.lookup_rates(8)) == 4 and dl.lookup_rates(8)[3] > 0.9
     dl.observe_lookup(6, 3, 3, next_kept=False)  # the copy's 4th id was not the target's token
-    assert dl.lookup_counts[6] == ([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0])
+    assert dl.copy_counts[("context", 6)] == ([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0])
 
 
 def test_a_position_seldom_reached_is_judged_by_the_positions_before_it():

@@ -208,3 +208,43 @@ def test_the_target_alone_samples_its_own_distribution(bigram_pair, sampling_nam
             prev = x
     report = [_position_test(t, sampling, contexts) for contexts in positions]
     assert report[0][1] <= TV * 1.01 and all(p >= ALPHA for p, _tv, _n in report), report
+
+
+@pytest.mark.parametrize("strategy,mode,sampling_name,seeded",
+                         [("omnidraft", "point-mass", "T1", True), ("tli", "rejection", "top-p0.9", False)])
+def test_recalls_from_the_memory_keep_the_targets_distribution(bigram_pair, tmp_path, strategy, mode, sampling_name,
+                                                               seeded):
+    """Rounds that verify continuations recalled from the pair's memory (earlier answers to the same
+    prompt, the target's own samples) instead of drafts: a point mass under both verify rules, so
+    the first three tokens are still the target's own distribution."""
+    from omnidraft.decode.generate import generate_ar
+    from omnidraft.memory.spaces import Memories
+
+    d, t, pair = bigram_pair
+    temperature, top_p = SAMPLINGS[sampling_name]
+    prompt_ids = pair.target_tok(PROMPT)["input_ids"]
+    memory = Memories(tmp_path).space()
+    for s in range(40):  # earlier answers: the target's own samples at T=1
+        earlier = generate_ar(LocalTarget(t, SamplingConfig(temperature=1.0, seed=10_000 + s)), pair.target_tok,
+                              PROMPT, max_new_tokens=6)
+        memory.remember(prompt_ids + earlier.token_ids, {})
+    memory.sync()
+    last = prompt_ids[-1]
+    draws = _draws_for(probs(t.logits_after([last])[0], SamplingConfig(temperature=temperature, top_p=top_p)))
+    positions = [defaultdict(list) for _ in range(3)]
+    recalled = 0
+    for s in range(draws):
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=s if seeded else None)
+        out = generate_speculative(d, LocalTarget(t, sampling, mode), pair, PROMPT, cfg=SpecConfig(strategy),
+                                   k=FixedK(3), max_new_tokens=3, memory=memory)
+        assert out.lossless
+        recalled += out.metrics["rounds_by_kind"].get("memory", {}).get("accepted", 0)
+        prev = last
+        for j, x in enumerate(out.token_ids):
+            positions[j][prev].append(x)
+            prev = x
+    sampling = SamplingConfig(temperature=temperature, top_p=top_p)
+    report = [_position_test(t, sampling, contexts) for contexts in positions]
+    print(f"memory {strategy}/{mode}/{sampling_name}: {recalled} recalled ids accepted; {report}")
+    assert recalled >= 20, recalled
+    assert report[0][1] <= TV * 1.01 and all(p >= ALPHA for p, _tv, _n in report), report

@@ -36,10 +36,20 @@ def test_rejection_literal_certain_cases():
 
 def test_point_mass_literal_certain_cases():
     p = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5], [0.0, 0.0, 1.0]])
-    v = verify_point_mass([1, 1], p, _g(0))  # p[1][1] = 0: rejected, correction from {0, 2}
+    v = verify_point_mass([1, 1], p, lambda i: _g(i))  # p[1][1] = 0: rejected, correction from {0, 2}
     assert v.accepted == 1 and v.token in (0, 2)
-    v = verify_point_mass([1], p[:2], _g(0))  # bonus from p[1]
+    v = verify_point_mass([1], p[:2], lambda i: _g(i))  # bonus from p[1]
     assert v.accepted == 1 and v.token in (0, 2)
+
+
+def test_point_mass_commits_each_rows_own_draw_whatever_was_proposed():
+    """Row i's token comes from row i's stream alone: any proposal commits the same tokens as
+    the empty one, round after round (what makes a seeded generation independent of its rounds)."""
+    p = torch.softmax(torch.randn(4, 50, generator=_g(1)), -1)
+    own = [verify_point_mass([], p[i:i + 1], lambda _, i=i: _g(100 + i)).token for i in range(4)]
+    for proposal in ([own[0], own[1], 7], [own[0], 3, 3], [9, 9, 9], own[:3]):
+        v = verify_point_mass(proposal, p, lambda i: _g(100 + i))
+        assert proposal[:v.accepted] == own[:v.accepted] and v.token == own[v.accepted]
 
 
 P = torch.tensor([0.05, 0.4, 0.1, 0.3, 0.15])
@@ -63,7 +73,7 @@ def test_first_token_is_distributed_as_p(mode):
     if mode == "rejection":
         fn = lambda t, g: verify_rejection([t], Q.unsqueeze(0), p, g)  # noqa: E731
     else:
-        fn = lambda t, g: verify_point_mass([t], p, g)  # noqa: E731
+        fn = lambda t, g: verify_point_mass([t], p, lambda i: g)  # noqa: E731
     counts = _first_token_counts(fn)
     chi = stats.chisquare(counts.numpy(), (P * counts.sum()).numpy())
     assert chi.pvalue > 1e-3, (counts, chi)

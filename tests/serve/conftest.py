@@ -21,8 +21,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(make_session, *, model: str = "tiny", key: str | None = KEY, queue: int = 8, max_body: int = 1 << 20,
-            sampling=None, ready: bool = True, start_s: float = 120):
+def serving(make_session, *, model: str = "tiny", key: str | tuple[str, ...] | None = KEY, queue: int = 8,
+            max_body: int = 1 << 20, sampling=None, ready: bool = True, start_s: float = 120):
     """(base URL, runner) of the app serving ``make_session()``, until the block ends; ``ready``:
     once the Session has loaded (else as soon as the port is open), within ``start_s`` seconds."""
     import uvicorn
@@ -32,7 +32,8 @@ def serving(make_session, *, model: str = "tiny", key: str | None = KEY, queue: 
     from omnidraft.serve.runner import Runner
 
     runner = Runner(make_session, queue)
-    app = create_app(runner, Served(model, key, max_body, sampling or SamplingConfig()))
+    keys = () if key is None else (key,) if isinstance(key, str) else tuple(key)
+    app = create_app(runner, Served(model, keys, max_body, sampling or SamplingConfig()))
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -102,7 +102,7 @@ def test_the_command_refuses_an_open_host_without_a_key_in_one_line(home):
 @pytest.mark.parametrize("fields,says", [
     ({"host": "192.168.1.5"}, "needs an API key"),
     ({"host": "::1"}, None),  # loopback: no key needed
-    ({"api_key": "short"}, "at least 8 characters"),
+    ({"api_keys": ("long enough key", "short")}, "at least 8 characters"),
     ({"slots": 0}, "--slots must be >= 1"),
     ({"port": 70000}, "--port must be in 0..65535"),
     ({"queue": -1}, "--queue must be >= 0"),

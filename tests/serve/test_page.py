@@ -126,7 +126,7 @@ def test_two_turns_in_the_page_are_the_targets_own_greedy_answers(models, home, 
         assert ["".join(text for _cls, text in a["pieces"]) for a in got] == [ref1, ref2]
         assert [a["content"] for a in got] == [ref1, ref2]  # nothing but the pieces
         classes = {cls for a in got for cls, _text in a["pieces"]}
-        assert classes and classes <= {"piece drafted", "piece copied", "piece target"}
+        assert classes and classes <= {"piece drafted", "piece copied", "piece remembered", "piece target"}
         stats = browser.find_element(By.ID, "stats")
         assert "tokens / target forward" in stats.text
         tpf = stats.find_element(By.CSS_SELECTOR, "[data-k=tpf]").text

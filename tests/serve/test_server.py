@@ -97,7 +97,7 @@ def test_seeded_sampling_reproduces_and_each_piece_names_its_source(served):
     chunks = list(c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": CODE + CODE}],
                                             max_tokens=24, stream=True, extra_body={"token_sources": True}))
     sources = {ch.choices[0].model_extra["source"] for ch in chunks[1:] if ch.choices and ch.choices[0].delta.content}
-    assert sources and sources <= {"drafted", "copied", "target"}
+    assert sources and sources <= {"drafted", "copied", "remembered", "target"}
     whole = c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=8,
                                       extra_body={"token_sources": True})
     pieces = whole.choices[0].model_extra["sources"]
@@ -304,3 +304,28 @@ def test_a_newly_published_adapter_serves_the_next_request(models, home, qwen_to
         assert after.choices[0].message.content == ref == before.choices[0].message.content
         _, _, data = _raw(url, "GET", "/metrics")
         assert f'version="{version}"' in data.decode()
+
+
+def test_each_api_key_recalls_only_its_own_answers(models, tmp_path, monkeypatch, qwen_tok):
+    """Two keys, one pair: the second key's first answer gets no proposal from the first key's
+    memory; the first key's second answer recalls its first; every answer the target's own."""
+    from omnidraft.models.loading import load_model
+    from omnidraft.session import Session
+
+    drafter, target = models
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    other = "second-key-0123456789"
+    messages = [{"role": "user", "content": "def fib(n):"}]
+    ref = own_greedy(LocalTarget(load_model(target, dtype="fp32")), qwen_tok, messages)
+    with serving(lambda: Session(drafter, target, runtime=FP32, k=4, log=False), key=(KEY, other)) as (url, _):
+        def ask(key: str):
+            c = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+            r = c.chat.completions.create(model="tiny", messages=messages, max_tokens=24)
+            assert r.choices[0].message.content == ref
+            return r.usage.model_extra["speculative"]
+
+        assert ask(KEY)["recall_proposed_tokens"] == 0  # nothing remembered yet
+        assert ask(other)["recall_proposed_tokens"] == 0  # the first key's answer is not this key's
+        assert ask(KEY)["recalled_tokens"] >= 12
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"{url}/v1", api_key="wrong-key-0123456", max_retries=0).models.list()
