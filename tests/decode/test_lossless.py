@@ -137,6 +137,14 @@ def _position_test(target, sampling, contexts: dict[int, list[int]]) -> tuple[fl
     return pvalue, _detectable_tv(power, dof), sum(len(v) for v in contexts.values())
 
 
+def _record(positions: list[dict[int, list[int]]], last: int, ids: list[int]) -> None:
+    """Each generated token under its position and the token before it (``last``: the prompt's)."""
+    prev = last
+    for j, x in enumerate(ids):
+        positions[j][prev].append(x)
+        prev = x
+
+
 def cases():
     """Every lossless case, then rounds that mix copies from the context with drafts (the
     default): a point mass under both verify rules, seeded and not; then drafts stopping at the
@@ -169,10 +177,7 @@ def test_first_three_tokens_follow_the_target(bigram_pair, strategy, mode, sampl
         proposed += out.metrics["proposed"]
         accepted += out.metrics["accepted"]
         copied += out.metrics["rounds_by_kind"].get("lookup", {}).get("accepted", 0)
-        prev = last
-        for j, x in enumerate(out.token_ids):
-            positions[j][prev].append(x)
-            prev = x
+        _record(positions, last, out.token_ids)
     sampling = SamplingConfig(temperature=temperature, top_p=top_p)
     report = []
     for j, contexts in enumerate(positions):
@@ -202,10 +207,7 @@ def test_the_target_alone_samples_its_own_distribution(bigram_pair, sampling_nam
     for s in range(_draws_for(probs(t.logits_after([last])[0], sampling))):
         out = generate_ar(LocalTarget(t, SamplingConfig(temperature=temperature, top_p=top_p, seed=s)), pair.target_tok,
                           PROMPT, max_new_tokens=3)
-        prev = last
-        for j, x in enumerate(out.token_ids):
-            positions[j][prev].append(x)
-            prev = x
+        _record(positions, last, out.token_ids)
     report = [_position_test(t, sampling, contexts) for contexts in positions]
     assert report[0][1] <= TV * 1.01 and all(p >= ALPHA for p, _tv, _n in report), report
 
@@ -239,10 +241,7 @@ def test_recalls_from_the_memory_keep_the_targets_distribution(bigram_pair, tmp_
                                    k=FixedK(3), max_new_tokens=3, memory=memory)
         assert out.lossless
         recalled += out.metrics["rounds_by_kind"].get("memory", {}).get("accepted", 0)
-        prev = last
-        for j, x in enumerate(out.token_ids):
-            positions[j][prev].append(x)
-            prev = x
+        _record(positions, last, out.token_ids)
     sampling = SamplingConfig(temperature=temperature, top_p=top_p)
     report = [_position_test(t, sampling, contexts) for contexts in positions]
     print(f"memory {strategy}/{mode}/{sampling_name}: {recalled} recalled ids accepted; {report}")
