@@ -81,7 +81,8 @@ def _rates(pair: Tally, alone: Tally, llama: Tally) -> dict:
     translate = pair.translate_ms_median()
     out = {"prompts": pair.prompts, "proposed": pair.drafted, "accepted": pair.accepted,
            "acceptance_rate": round(pair.acceptance() or 0.0, 4), "copied": pair.copied,
-           "copies_kept": pair.copies_kept, "tokens_per_s": round(pair.tokens_per_s(), 3),
+           "copies_kept": pair.copies_kept, "recalled": pair.recalled, "recalls_kept": pair.recalls_kept,
+           "tokens_per_s": round(pair.tokens_per_s(), 3),
            "decode_tokens_per_s": round(pair.decode_tokens_per_s(), 3),
            "tokens_per_target_forward": round(pair.tokens_per_forward(), 3),
            "translate_ms": 0.0 if translate is None else round(translate, 3)}

@@ -5,8 +5,10 @@ the target alone side by side, interleaved per prompt (and llama.cpp alone, when
 llama-cpp-python is installed), on two kinds of work: assistant work whose answer repeats its
 context (code edits, quoted answers, rewrites: the copies from the context pay there) and plain
 code and chat prompts (where, on most CPUs, the cost model holds the 0.5B's drafter back). Then
-one training round on what was logged, and the plain prompts again (never logged, so never
-trained on).
+the pair with use: recurring work (omnidraft/recurring.py) timed with an empty memory, again after a
+short stream of related work (never the same prompts) was answered and remembered, saying what
+changed and why (a scratch memory: the pair's own is neither read nor changed). Then one training
+round on what was logged, and the plain prompts again (never logged, so never trained on).
 
 Knows the Session, the comparison (compare.py), the pairing job, the program builder and the
 tuning round; printing is the caller's (``say``).
@@ -84,6 +86,8 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     say(f"  {_row('assistant work with copies', copies)}; {_copies(copies)}")
     say(f"  {_row('plain prompts', before)}; {_reading(session)}")
 
+    used = with_use(session, prompts, max_new_tokens, llama, rows, say, err, show)
+
     say("\none training round on the logged verifications ...")
     cfg = RoundConfig.from_dict({"min_records": 2, "train": {"update_interval": 2, "batch_size": 2}})
     result = run_round(session.spec, session.log, session.store, load_model(DEFAULT_DRAFTER, dtype="fp32").model,
@@ -112,7 +116,63 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                f"too few records ({result.get('new_records', 0)} new, {cfg.min_records} needed)")
         say(f"  no adapter published: {why}; the pair keeps {session.version}")
     say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
-    return {"pair": report, "copies": copies, "held_out": before, "round": result, "after": after}
+    return {"pair": report, "copies": copies, "held_out": before, "with_use": used, "round": result, "after": after}
+
+
+STREAM = 4  # related prompts of each recurring kind the demo's memory takes in (12 in all)
+
+
+def with_use(session, prompts: int, max_new_tokens: int, llama, rows: str, say, err, show) -> dict:
+    """Recurring work on an empty memory, then again after a stream of related work was answered and
+    remembered: the pair beside the target alone (and llama.cpp) each time, and what changed, in words."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from omnidraft.memory.spaces import Memories
+    from omnidraft.recurring import KINDS, recurring
+
+    held = [p for batch in zip(*(recurring(kind, max(1, prompts // 2), held=True) for kind in KINDS)) for p in batch]
+    stream = [p for batch in zip(*(recurring(kind, STREAM) for kind in KINDS)) for p in batch]
+    folder = Path(tempfile.mkdtemp(prefix="omnidraft-demo-memory-"))
+    own, session.memories = session.memories, Memories(folder, note=err)
+    try:
+        say(f"\n3. The pair with use: recurring work (tests for one codebase, invoices into one JSON schema, "
+            f"replies under one policy; {len(held)} prompts), {rows}, first with an empty memory")
+        with session.unlogged(memory="read"):
+            cold = measure(session, held, max_new_tokens=max_new_tokens, ar=True, chat=True, say=err, llamacpp=llama,
+                           show=show)
+        err(f"answering {len(stream)} related prompts (never the ones timed); each answer is remembered ...")
+        for n, p in enumerate(stream, 1):
+            session.new_conversation()
+            with session.unlogged(memory="on"):
+                session.generate(p, chat=True, max_new_tokens=max_new_tokens)
+            err(f"\r  {n}/{len(stream)}", end="")
+        err("")
+        say(f"   the same {len(held)} prompts again, after those {len(stream)} answers")
+        with session.unlogged(memory="read"):
+            warm = measure(session, held, max_new_tokens=max_new_tokens, ar=True, chat=True, say=err, llamacpp=llama,
+                           show=show)
+    finally:
+        session.memories.close()
+        session.memories = own
+        shutil.rmtree(folder, ignore_errors=True)
+    say(f"  {_row('recurring work, empty memory', cold)}")
+    say(f"  {_row(f'recurring work after {len(stream)} answers', warm)}")
+    say("  " + _remembered(cold, warm))
+    return {"cold": cold, "warm": warm, "stream": len(stream)}
+
+
+def _remembered(cold: dict, warm: dict) -> str:
+    """What the memory changed, in words: against the target alone measured beside it each time."""
+    gain = warm["speedup"] / max(cold["speedup"], 1e-9)
+    if not warm["recalled"]:
+        return ("nothing matched here: no earlier answer continued these texts, so the memory proposed nothing "
+                f"and the pair ran as before ({cold['speedup']:.2f}x -> {warm['speedup']:.2f}x the target alone)")
+    return (f"the memory proposed {warm['recalled']} ids from earlier answers and the target kept "
+            f"{warm['recalls_kept']}: {warm['tokens_per_target_forward']:.2f} tokens per target forward "
+            f"(was {cold['tokens_per_target_forward']:.2f}), the pair {cold['speedup']:.2f}x -> "
+            f"{warm['speedup']:.2f}x the target alone ({gain:.2f}x with use)")
 
 
 def _row(label: str, m: dict) -> str:

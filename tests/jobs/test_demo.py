@@ -49,3 +49,14 @@ def test_a_quieter_machine_after_training_is_not_called_an_improvement():
     # the pair lost ground to the target although both got faster
     said = _verdict(phase(1.005, 100, 50, alone=21.7), phase(25.7 / 29.2, 100, 80, alone=29.2), ROUND)
     assert said.startswith("no measured improvement") and "(0.88x)" in said
+
+
+def test_the_memory_phase_says_what_the_memory_did_or_that_nothing_matched():
+    from omnidraft.jobs.demo import _remembered
+
+    cold = {**phase(1.0, 0, 0), "recalled": 0, "recalls_kept": 0}
+    none = _remembered(cold, {**phase(1.02, 0, 0), "recalled": 0, "recalls_kept": 0})
+    assert none.startswith("nothing matched here") and "1.00x -> 1.02x" in none
+    warm = {**phase(1.6, 0, 0), "recalled": 300, "recalls_kept": 240, "tokens_per_target_forward": 2.5}
+    said = _remembered(cold, warm)
+    assert "proposed 300 ids" in said and "kept 240" in said and "1.00x -> 1.60x" in said and "(1.60x with use)" in said
