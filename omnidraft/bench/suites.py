@@ -242,7 +242,7 @@ SUITES = {
     "memory": Suite("memory", "After a stream of recurring assistant work, does the pair's memory of earlier answers "
                     "make held-out work of the same kinds faster, and never slower on prompts it never saw?",
                     _rows(("product", "remembered", "target", "llamacpp")), "target",
-                    {"tests": 6, "extract": 6, "reply": 6, "code": 4, "sharegpt": 4}),
+                    {"tests": 6, "extract": 6, "reply": 6, "code": 6, "sharegpt": 6}),
 }
 
 

@@ -57,8 +57,8 @@ class DraftLength(Protocol):
 
     def lookup_span(self, match: int, available: int, source: str = "context") -> int:
         """Ids to verify this round from a continuation of ``available`` ids copied from
-        ``source`` (``context``, ``memory``) after a ``match``-id suffix; 0: draft (or decode
-        alone) instead."""
+        ``source`` (``context``, ``memory``, ``memory-unsure``: priced apart) after a ``match``-id
+        suffix; 0: draft (or decode alone) instead."""
 
     def copy_rate(self, match: int, n: int, source: str = "context") -> float:
         """What verifying ``n`` such ids is predicted to give (comparable between sources)."""
@@ -307,7 +307,8 @@ class CostModelK:
                 "drafted_extra_ms": round(self.model.drafted_extra_ms, 2), "pace": round(self.model.pace, 3),
                 **{f"{name}_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m, source)]
                                           for src, m in sorted(self.copy_counts) if src == source}
-                   for name, source in (("lookup", "context"), ("memory", "memory"))}}
+                   for name, source in (("lookup", "context"), ("memory", "memory"),
+                                        ("memory_unsure", "memory-unsure"))}}
 
 
 class Reaching:

@@ -94,7 +94,7 @@ class Speculator:
         if plan.match:  # a copy kept whole: is the bonus token the copy's next id?
             more = accepted == n < len(plan.match.continuation)
             self.k.observe_lookup(plan.match.length, n, accepted,
-                                  token == plan.match.continuation[n] if more else None, plan.match.source)
+                                  token == plan.match.continuation[n] if more else None, plan.match.priced_as)
             if plan.kind == "memory":
                 self.memory.verified_by(plan.match, accepted)
         else:
@@ -128,11 +128,11 @@ class Speculator:
             found.append(self.lookup.find(room))
         if self.memory is not None:
             found.append(self.memory.find(self.state.committed, room))
-        spans = [(m, self.k.lookup_span(m.length, len(m.continuation), m.source)) for m in found if m]
+        spans = [(m, self.k.lookup_span(m.length, len(m.continuation), m.priced_as)) for m in found if m]
         spans = [(m, n) for m, n in spans if n]
         if not spans:
             return None, 0
-        return max(spans, key=lambda mn: self.k.copy_rate(mn[0].length, mn[1], mn[0].source))
+        return max(spans, key=lambda mn: self.k.copy_rate(mn[0].length, mn[1], mn[0].priced_as))
 
     def _translate_back(self) -> None:
         """Reverse translation of the committed ids not yet read back, and the proposer's cache update."""

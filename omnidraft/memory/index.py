@@ -17,6 +17,7 @@ Knows target ids and arrays; nothing about the store, models or decoding.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -27,6 +28,7 @@ from omnidraft.memory.config import MemoryConfig
 P = np.uint64(0x9E3779B97F4A7C15)  # the rolling hash's multiplier (odd): h = h * P + (id + 1), mod 2**64
 MASK = (1 << 64) - 1
 SENTINEL = -1  # ends every entry: no n-gram and no continuation crosses it
+SURE = 0.5  # a recall whose first id most of its occurrences agree on (Recall.priced_as)
 
 
 def gram_hash(ids: Iterable[int]) -> int:
@@ -62,6 +64,13 @@ class Recall:
     entries: tuple[int, ...]  # the entries whose occurrences it followed to its end
     occurrences: int  # occurrences of the matched suffix weighed
     source = "memory"
+
+    @property
+    def priced_as(self) -> str:
+        """Whose acceptance counts the cost model prices it by: a recall whose occurrences mostly
+        agreed on its first id (``memory``, as recurring work's do) apart from one where they did
+        not (``memory-unsure``, as a common phrase's in unrelated text)."""
+        return "memory" if self.probs[0] >= SURE else "memory-unsure"
 
 
 class Table:
@@ -183,32 +192,38 @@ class SuffixIndex:
 
     def _walk(self, length: int, ends: np.ndarray, span: int) -> Recall | None:
         """From the occurrences ending at ``ends``, follow the most frequent next id (ties: the most
-        recent occurrence's) while the chance stays at ``min_prob`` or above."""
+        recent occurrence's) while the chance stays at ``min_prob`` or above. Where every occurrence
+        still followed goes on alike, the whole stretch is taken at once (at the same chance)."""
         at = ends[:, None] + np.arange(span)[None, :]  # [c, span]
         rows = np.where(at < len(self.toks), self.toks[np.minimum(at, len(self.toks) - 1)], SENTINEL)
         alive = np.arange(len(ends))
         out: list[int] = []
         probs: list[float] = []
-        chance = 1.0
-        for d in range(span):
-            col = rows[alive, d]
-            if len(alive) == 1:  # one occurrence left: its ids up to its entry's end, at the same chance
-                rest = rows[alive[0], d:]
-                stop = np.flatnonzero(rest < 0)
-                rest = rest[:stop[0]] if len(stop) else rest
-                out.extend(rest.tolist())
-                probs.extend([chance] * len(rest))
-                break
-            values, inverse, counts = np.unique(col, return_inverse=True, return_counts=True)
-            inverse = inverse.reshape(-1)
-            most = counts.max()
-            pick = values[inverse[np.flatnonzero(counts[inverse] == most)[-1]]]  # the latest of the most frequent
-            chance *= int(most) / len(alive)
+        chance, d = 1.0, 0
+        while d < span:
+            ahead = rows[alive, d:]  # [a, span - d]
+            same = (ahead == ahead[0]).all(axis=0)
+            run = len(same) if same.all() else int(same.argmin())
+            if run:  # the occurrences agree for ``run`` ids: up to an entry's end, at the same chance
+                stretch = ahead[0, :run].tolist()
+                cut = stretch.index(SENTINEL) if SENTINEL in stretch else run
+                out.extend(stretch[:cut])
+                probs.extend([chance] * cut)
+                if cut < run:
+                    break
+                d += run
+                continue
+            col = ahead[:, 0].tolist()
+            counts = Counter(col)
+            most = max(counts.values())
+            pick = next(t for t in reversed(col) if counts[t] == most)  # the latest of the most frequent
+            chance *= most / len(alive)
             if pick < 0 or chance < self.cfg.min_prob:
                 break
-            out.append(int(pick))
-            probs.append(float(chance))
-            alive = alive[col == pick]
+            out.append(pick)
+            probs.append(chance)
+            alive = alive[ahead[:, 0] == pick]
+            d += 1
         if not out:
             return None
         owners = np.searchsorted(self.starts, ends[alive], side="right") - 1

@@ -40,6 +40,7 @@ class Match:
     length: int  # ids of the context's suffix that matched an earlier occurrence
     continuation: list[int]  # what followed that occurrence (at least one id, at most max_span)
     source = "context"
+    priced_as = "context"  # whose acceptance counts the cost model prices it by
 
 
 class ContextIndex:

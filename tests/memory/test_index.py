@@ -24,7 +24,7 @@ def test_finds_the_longest_match_and_the_most_frequent_continuation():
     index = SuffixIndex.build([(1, [1, 2, 3, 4, 5, 6]), (2, [9, 2, 3, 4, 7, 7]), (3, [2, 3, 4, 5, 9])])
     r = index.find([0, 2, 3, 4], 8)  # "2 3 4" thrice: 5 twice, 7 once; then 6 or 9 (a tie: the latest)
     assert (r.length, r.continuation, r.occurrences) == (3, [5, 9], 3)
-    assert r.probs == pytest.approx([2 / 3, 1 / 3]) and r.entries == (3,)
+    assert r.probs == pytest.approx([2 / 3, 1 / 3]) and r.entries == (3,) and r.priced_as == "memory"
     r = index.find([1, 2, 3, 4], 8)  # "1 2 3 4" once: its entry's rest, at full chance
     assert (r.length, r.continuation, r.probs, r.entries) == (4, [5, 6], [1.0, 1.0], (1,))
     assert index.find([5, 6, 9], 8) is None  # 6 ends entry 1 and 9 starts none: no match across entries
@@ -41,6 +41,7 @@ def test_a_continuation_stops_where_its_chance_falls_below_min_prob():
     index = SuffixIndex.build(entries, MemoryConfig(min_prob=0.05))
     r = index.find([7, 7, 7], 8)
     assert r.continuation == [55] and r.probs == pytest.approx([2 / 24])  # then 56 or 57: 1/24 < 0.05
+    assert r.priced_as == "memory-unsure"  # its occurrences disagreed: priced apart from sure recalls
 
 
 def test_a_long_match_is_found_past_the_recent_occurrences_of_its_short_suffix():
