@@ -176,6 +176,7 @@ def _markdown(result: dict) -> list[str]:
     phase = {name: p["phase"] for p in parts or () for name in p["rows"]}
     cells, served = [], any(s.get("first_token_s") is not None for s in result["rows"].values())
     by_position = any(s.get("accepted_by_position") for s in result["rows"].values())
+    recalls = any(s.get("recalled") for s in result["rows"].values())
     for group, rows in [("all", result["rows"]), *result["sets"].items(), *result.get("turns", {}).items()]:
         for name, s in rows.items():
             ratio = "-" if "vs_reference" not in s else f"{s['vs_reference']:.2f}x" + (
@@ -187,6 +188,7 @@ def _markdown(result: dict) -> list[str]:
                                                               ratio, acc]
                          + ([" / ".join(str(n) for n in s["accepted_by_position"][:4])
                              if s.get("accepted_by_position") else "-"] if by_position else [])
+                         + ([f"{s['recalls_kept']}/{s['recalled']}" if s.get("recalled") else "-"] if recalls else [])
                          + [per_forward, equal]
                          + ([f"{s['first_token_s']:.2f}" if s.get("first_token_s") is not None else "-",
                              f"{s['latency_p50_s']:.2f} / {s['latency_p95_s']:.2f}"] if served else []))
@@ -197,8 +199,18 @@ def _markdown(result: dict) -> list[str]:
     lines += report.table((["phase"] if parts else []) + ["set", "row", "prompts", "tokens/s", "vs " + (ref or "-"),
                                                           "accepted / drafted"]
                           + (["accepted by draft position (1-4)"] if by_position else [])
+                          + (["recalled from memory, kept / proposed"] if recalls else [])
                           + ["tokens per target forward", f"equal to {ref or '-'}"]
                           + (["first token (s, median)", "latency p50 / p95 (s)"] if served else []), cells)
+    for name, state in result.get("states", {}).items():
+        memory = state.get("memory") if isinstance(state, dict) else None
+        if memory and memory.get("spaces"):
+            space = memory["spaces"][0]
+            lines += ["", f"{name}: {space['entries']} answers, {space['tokens']} tokens remembered "
+                      f"({memory['charged_bytes'] / 2**20:.1f} MiB of its {memory['max_bytes'] / 2**20:.0f} MiB bound; "
+                      f"{memory['file_bytes'] / 1e6:.1f} MB on disk with its write-ahead log, the index "
+                      f"{state['index_bytes'] / 2**20:.1f} MiB in RAM); {state['lookups']} lookups, "
+                      f"{state['lookup_ms_mean']:.3f} ms each on average."]
     if result.get("missing"):
         lines += ["", "Not run here: " + "; ".join(f"{name}: {why}" for name, why in result["missing"].items()) + "."]
     together = result.get("concurrent")
