@@ -29,6 +29,7 @@ P = np.uint64(0x9E3779B97F4A7C15)  # the rolling hash's multiplier (odd): h = h 
 MASK = (1 << 64) - 1
 SENTINEL = -1  # ends every entry: no n-gram and no continuation crosses it
 SURE = 0.5  # a recall whose first id most of its occurrences agree on (Recall.priced_as)
+LONG_MATCH = 8  # a match this long needs no second occurrence to be trusted (Recall.priced_as)
 
 
 def gram_hash(ids: Iterable[int]) -> int:
@@ -67,10 +68,12 @@ class Recall:
 
     @property
     def priced_as(self) -> str:
-        """Whose acceptance counts the cost model prices it by: a recall whose occurrences mostly
-        agreed on its first id (``memory``, as recurring work's do) apart from one where they did
-        not (``memory-unsure``, as a common phrase's in unrelated text)."""
-        return "memory" if self.probs[0] >= SURE else "memory-unsure"
+        """Whose acceptance counts the cost model prices it by: a recall that earlier text supports
+        (``memory``: most of its occurrences agreed on its first id and either two or more did or
+        the match is long, as recurring work's are) apart from one it does not (``memory-unsure``:
+        a common phrase's in unrelated text, or a short match seen once)."""
+        backed = self.probs[0] * self.occurrences >= 2 or self.length >= LONG_MATCH
+        return "memory" if self.probs[0] >= SURE and backed else "memory-unsure"
 
 
 class Table:

@@ -24,9 +24,10 @@ def test_finds_the_longest_match_and_the_most_frequent_continuation():
     index = SuffixIndex.build([(1, [1, 2, 3, 4, 5, 6]), (2, [9, 2, 3, 4, 7, 7]), (3, [2, 3, 4, 5, 9])])
     r = index.find([0, 2, 3, 4], 8)  # "2 3 4" thrice: 5 twice, 7 once; then 6 or 9 (a tie: the latest)
     assert (r.length, r.continuation, r.occurrences) == (3, [5, 9], 3)
-    assert r.probs == pytest.approx([2 / 3, 1 / 3]) and r.entries == (3,) and r.priced_as == "memory"
+    assert r.probs == pytest.approx([2 / 3, 1 / 3]) and r.entries == (3,) and r.priced_as == "memory"  # 2 of 3
     r = index.find([1, 2, 3, 4], 8)  # "1 2 3 4" once: its entry's rest, at full chance
     assert (r.length, r.continuation, r.probs, r.entries) == (4, [5, 6], [1.0, 1.0], (1,))
+    assert r.priced_as == "memory-unsure"  # a short match seen once: priced apart
     assert index.find([5, 6, 9], 8) is None  # 6 ends entry 1 and 9 starts none: no match across entries
     assert index.find([7, 8, 2, 3], 8) is None  # two ids: shorter than the short n-gram
     assert index.find([2, 3, 4], 1).continuation == [5]
@@ -50,7 +51,7 @@ def test_a_long_match_is_found_past_the_recent_occurrences_of_its_short_suffix()
     noise = [(i, [1, 2, 3, 90 + i]) for i in range(1, 20)]  # "1 2 3" far more often, more recently
     index = SuffixIndex.build([old, *noise], cfg)
     r = index.find([11, 12, 13, 14, 15, 16, 1, 2, 3], 8)  # the long table finds the old occurrence
-    assert (r.length, r.continuation) == (9, [42, 43])
+    assert (r.length, r.continuation, r.priced_as) == (9, [42, 43], "memory")  # once, but a long match
     assert index.find([5, 1, 2, 3], 8).continuation == [109]  # a short match: the latest of 4 recent
 
 
