@@ -241,7 +241,7 @@ SUITES = {
                           ("vllm", "vllm-ngram", "vllm-suffix", "llamacpp", "assisted")), sampled=(0.7, 0.9)),
     "memory": Suite("memory", "After a stream of recurring assistant work, does the pair's memory of earlier answers "
                     "make held-out work of the same kinds faster, and never slower on prompts it never saw?",
-                    _rows(("product", "remembered", "target", "llamacpp", "assisted")), "target",
+                    _rows(("product", "remembered", "target", "llamacpp")), "target",
                     {"tests": 6, "extract": 6, "reply": 6, "code": 6, "sharegpt": 6}),
 }
 
