@@ -8,7 +8,8 @@ kinds, each prompt a chat turn built from a seeded generator, so any number of d
 - ``reply``: a customer's complaint answered under one shop's policy, as its support team writes.
 
 ``recurring(kind, n, held=False)``: the stream's prompts (seeds 0..n-1) or the held-out ones
-(their own seeds and, for ``tests``, their own functions). Knows the prompts; nothing about models.
+(their own seeds and, for ``tests``, their own functions); ``mixed(n, held)``: ``n`` of each kind,
+the kinds taking turns. Knows the prompts; nothing about models.
 """
 
 from __future__ import annotations
@@ -132,3 +133,8 @@ def recurring(kind: str, n: int, held: bool = False) -> list[str]:
         rng = random.Random(f"{kind}:{'held' if held else 'stream'}:{i}")
         out.append(_tests(i, held) if kind == "tests" else _extract(rng) if kind == "extract" else _reply(rng))
     return out
+
+
+def mixed(n: int, held: bool = False) -> list[str]:
+    """``n`` prompts of each kind, the kinds taking turns (a day's work as it arrives)."""
+    return [p for turn in zip(*(recurring(kind, n, held) for kind in KINDS)) for p in turn]

@@ -71,8 +71,9 @@ class Session:
     may verify ids copied from the context. ``memory``: the pair remembers its answers and rounds
     may verify what followed the same text in them (memory/; bounded by ``runtime.memory_mib``; a
     ``Memories``: that memory instead of the pair's own, e.g. a benchmark's scratch one).
-    ``log``: verifications go to the log the daemon trains from. ``adapter``: "latest" (the pair's last published version; before any, the one the
-    package ships), "none", or a version name. ``runtime``: runtimes, dtype, threads, n-gram cache
+    ``log``: verifications go to the log the daemon trains from. ``adapter``: "latest" (the
+    pair's last published version; before any, the one the package ships), "none", or a version
+    name. ``runtime``: runtimes, dtype, threads, n-gram cache
     bound (pairs/settings.py); llama.cpp verifies exactly with respect to the logits its verify
     calls compute (not batch-invariant); ``target="auto"`` takes the runtime `omnidraft pair`
     measured faster here and, with ``route``, routes each generation between the program and
@@ -111,8 +112,10 @@ class Session:
         self.preamble = chat_preamble(self.target_tok)  # the ids every chat prompt starts with
         self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note)
         self.log = VerificationLog(log_path()) if log and not self.alone else None
-        self.memories = None if self.alone or memory is False else memory if isinstance(memory, Memories) else \
-            Memories(pair_dir(self.spec.name) / "memory", MemoryConfig(max_bytes=runtime.memory_mib << 20), _note)
+        self.memories = memory if isinstance(memory, Memories) and not self.alone else None
+        if memory is True and not self.alone:
+            bound = MemoryConfig(max_bytes=runtime.memory_mib << 20)
+            self.memories = Memories(pair_dir(self.spec.name) / "memory", bound, _note)
         self.memory_use = "on" if self.memories else "off"  # "read": recall without remembering (unlogged)
 
     # ------------------------------------------------------------------ what runs
@@ -220,7 +223,7 @@ class Session:
                          space: str) -> Generator[Piece, None, Result]:
         from omnidraft.train.records import build_record
 
-        log, use = self.log, self.memory_use  # as they are now: unlogged() elsewhere does not change this generation
+        log, use = self.log, self.memory_use  # as they are now: unlogged() elsewhere does not change them
         memory = self.memories.space(space) if use != "off" else None
         if memory is not None:
             memory.sync()  # what this and other processes remembered since

@@ -171,13 +171,13 @@ def remembered(drafter: str, target: str, runtime: Runtime, stream: int, max_new
 
     from omnidraft.memory.config import MemoryConfig
     from omnidraft.memory.spaces import Memories
-    from omnidraft.recurring import KINDS, recurring
+    from omnidraft.recurring import mixed
     from omnidraft.session import Session
 
     folder = Path(tempfile.mkdtemp(prefix="omnidraft-bench-memory-"))
     memories = Memories(folder, MemoryConfig(max_bytes=runtime.memory_mib << 20))
     session = Session(drafter, target, log=False, memory=memories, runtime=runtime)
-    prompts = [p for batch in zip(*(recurring(kind, stream) for kind in KINDS)) for p in batch]
+    prompts = mixed(stream)
     t0 = time.perf_counter()
     for i, p in enumerate(prompts, 1):
         session.new_conversation()

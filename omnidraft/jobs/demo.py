@@ -130,10 +130,9 @@ def with_use(session, prompts: int, max_new_tokens: int, llama, rows: str, say, 
     from pathlib import Path
 
     from omnidraft.memory.spaces import Memories
-    from omnidraft.recurring import KINDS, recurring
+    from omnidraft.recurring import mixed
 
-    held = [p for batch in zip(*(recurring(kind, max(1, prompts // 2), held=True) for kind in KINDS)) for p in batch]
-    stream = [p for batch in zip(*(recurring(kind, STREAM) for kind in KINDS)) for p in batch]
+    held, stream = mixed(max(1, prompts // 2), held=True), mixed(STREAM)
     folder = Path(tempfile.mkdtemp(prefix="omnidraft-demo-memory-"))
     own, session.memories = session.memories, Memories(folder, note=err)
     try:
