@@ -84,7 +84,8 @@ def _cmd_daemon(args) -> int:
     from omnidraft.train import daemon
 
     if args.action == "run":
-        return daemon.serve(args.poll, args.once, cfg=daemon.load_config(args.config), throttle_s=args.throttle)
+        return daemon.serve(args.poll, args.once, cfg=daemon.load_config(args.config), throttle_s=args.throttle,
+                            parent=args.parent)
     if args.action == "start":
         print(f"daemon running, pid {daemon.start(args.poll, args.throttle, args.config)}")
     elif args.action == "stop":

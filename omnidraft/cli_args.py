@@ -291,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "record (caps the CPU share)")
     dm.add_argument("--config", default=None, help="JSON file of training-round settings (RoundConfig "
                     "fields, e.g. {\"replay\": 64, \"train\": {\"lr\": 3e-4}}); default: the measured defaults")
+    dm.add_argument("--parent", type=int, default=None, help="with run: end when this process ends (the "
+                    "server that started it)")
     demo = sub.add_parser("demo", help="pair SmolLM2-135M with Qwen2.5-Coder-0.5B, stream, train a round, compare")
     demo.add_argument("--prompts", type=int, default=4)
     demo.add_argument("--max-new-tokens", type=int, default=48)

@@ -31,6 +31,7 @@ from omnidraft.decode.policy import round_rules
 from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import StopText, chat_preamble, drafter_prompt, drained, encode_messages, encode_prompt
 from omnidraft.errors import OmniDraftError
+from omnidraft.generating import generating
 from omnidraft.memory.config import MemoryConfig
 from omnidraft.memory.spaces import LOCAL, Memories
 from omnidraft.models.lm import common_prefix
@@ -182,7 +183,7 @@ class Session:
         clipped to it. With several ``slots`` it runs on the slot whose caches hold the longest
         prefix of its prompt (pairs/conversations.py). ``memory_space``: the part of the pair's
         memory it recalls from and is remembered in (a server gives each API key its own)."""
-        with self._turns.turn(), self.router.sampled(sampling):
+        with self._turns.turn(), generating(), self.router.sampled(sampling):
             messages = not isinstance(prompt, str)
             chat = chat or messages
             ids = encode_messages(self.target_tok, prompt) if messages else encode_prompt(self.target_tok, prompt,

@@ -188,6 +188,32 @@ def remembered(drafter: str, target: str, runtime: Runtime, stream: int, max_new
     return RememberedRow(f"omnidraft pair, memory after {len(prompts)} prompts of use", session, folder)
 
 
+class ReopenedRow(SessionRow):
+    """The ``remembered`` row's pair recalling from its memory reopened from the file, as a restarted
+    process would find it (a new ``Memories``: the index rebuilt from the SQLite file on first use),
+    the models shared with that row (they hold nothing of the memory)."""
+
+    def __init__(self, remembered: RememberedRow):
+        from omnidraft.memory.spaces import Memories
+
+        super().__init__(remembered.name + ", reopened as after a restart", remembered.session, memory="read")
+        self.memories = Memories(remembered.folder, remembered.session.memories.cfg)
+        self.state: dict | None = None  # once closed: its own index's size and lookups
+
+    def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
+        kept, self.session.memories = self.session.memories, self.memories
+        try:
+            return super().run(prompt, max_new_tokens)
+        finally:
+            self.session.memories = kept
+
+    def close(self) -> None:
+        memory = self.memories.space()
+        self.state = {"index_bytes": self.memories.rss_bytes, "lookups": memory.finds,
+                      "lookup_ms_mean": round(1e3 * memory.find_s / max(memory.finds, 1), 4)}
+        self.memories.close()
+
+
 def target_alone(target: str, runtime: Runtime) -> SessionRow:
     """The target alone through Session on ``runtime.target`` (the product's, for the same-runtime row)."""
     from omnidraft.session import Session

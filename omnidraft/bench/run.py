@@ -19,6 +19,7 @@ from omnidraft.bench.prompts import prompt_sets
 from omnidraft.bench.rows import Missing, Prompt, Run
 from omnidraft.bench.suites import Options, Suite
 from omnidraft.errors import OmniDraftError
+from omnidraft.generating import generating
 from omnidraft.measure import report
 from omnidraft.measure.interleave import interleaved
 from omnidraft.measure.stamp import stamp
@@ -38,26 +39,29 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     phases = list(suite.phases) if suite.phases and not opts.rows else [opts.rows]
     parts: list[Part] = []
     extra: dict = {"missing": {}, "states": {}, "concurrent": {}}
-    for n, keys in enumerate(phases, 1):
-        built = suite.build(replace(opts, rows=keys), log)  # key -> Row (or Missing)
-        try:
-            rows = {k: r for k, r in built.items() if not isinstance(r, Missing)}
-            extra["missing"].update({r.name: r.why for r in built.values() if isinstance(r, Missing)})
-            if n == 1:
-                prompts = _answered(suite, rows, prompts, opts.max_new_tokens, log)
-            taken = {name for part in parts for name in part.tallies}
-            for sampling in (None, suite.sampled) if suite.sampled else (None,):
-                parts.append(_part(n, rows, suite.reference, prompts, sampling, taken, opts.max_new_tokens, log))
-            if opts.clients:  # the serve suite's second phase
-                from omnidraft.bench.concurrent import run_concurrently
-                from omnidraft.bench.servers import ServerRow
+    with generating():  # the fine-tuning daemon trains nothing under the clock (generating.py)
+        for n, keys in enumerate(phases, 1):
+            built = suite.build(replace(opts, rows=keys), log)  # key -> Row (or Missing)
+            try:
+                rows = {k: r for k, r in built.items() if not isinstance(r, Missing)}
+                extra["missing"].update({r.name: r.why for r in built.values() if isinstance(r, Missing)})
+                if n == 1:
+                    prompts = _answered(suite, rows, prompts, opts.max_new_tokens, log)
+                taken = {name for part in parts for name in part.tallies}
+                for sampling in (None, suite.sampled) if suite.sampled else (None,):
+                    parts.append(_part(n, rows, suite.reference, prompts, sampling, taken, opts.max_new_tokens, log))
+                if opts.clients:  # the serve suite's second phase
+                    from omnidraft.bench.concurrent import run_concurrently
+                    from omnidraft.bench.servers import ServerRow
 
-                servers = [r for r in rows.values() if isinstance(r, ServerRow)]  # an in-process row serves one caller
-                extra["concurrent"].update(run_concurrently(servers, prompts, opts.clients, opts.max_new_tokens, log))
-        finally:
-            for row in built.values():  # servers stop; Sessions and models go with the last reference
-                getattr(row, "close", lambda: None)()
-            extra["states"].update({r.name: r.state for r in built.values() if getattr(r, "state", None)})
+                    # an in-process row serves one caller
+                    servers = [r for r in rows.values() if isinstance(r, ServerRow)]
+                    extra["concurrent"].update(run_concurrently(servers, prompts, opts.clients, opts.max_new_tokens,
+                                                                log))
+            finally:
+                for row in reversed(built.values()):  # the last built first (a row may share an earlier one's Session)
+                    getattr(row, "close", lambda: None)()
+                extra["states"].update({r.name: r.state for r in built.values() if getattr(r, "state", None)})
     result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
     report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
     return result
@@ -211,6 +215,9 @@ def _markdown(result: dict) -> list[str]:
                       f"{memory['file_bytes'] / 1e6:.1f} MB on disk with its write-ahead log, the index "
                       f"{state['index_bytes'] / 2**20:.1f} MiB in RAM); {state['lookups']} lookups, "
                       f"{state['lookup_ms_mean']:.3f} ms each on average."]
+        elif isinstance(state, dict) and "lookups" in state:
+            lines += ["", f"{name}: its index rebuilt from the file ({state['index_bytes'] / 2**20:.1f} MiB in RAM); "
+                      f"{state['lookups']} lookups, {state['lookup_ms_mean']:.3f} ms each on average."]
     if result.get("missing"):
         lines += ["", "Not run here: " + "; ".join(f"{name}: {why}" for name, why in result["missing"].items()) + "."]
     together = result.get("concurrent")

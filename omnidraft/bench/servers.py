@@ -176,3 +176,16 @@ def llama_server(target: str, tok, log, *, threads: int, spec_type: str | None =
     return ServerRow("llama-server" + (f" --spec-type {spec_type}" if spec_type else ""), cmd, tok,
                      health="/health", key_flag="--api-key", threads=threads, log=log,
                      env={"LD_LIBRARY_PATH": libs})  # its shared libraries lie beside it
+
+
+def feed(row: ServerRow, stream: int, max_new_tokens: int, log: Callable[[str], None]) -> None:
+    """``row``'s server answers the memory suite's stream of recurring work (``stream`` prompts of
+    each kind, as bench/rows.py's ``remembered`` row's memory takes it in), before it is measured."""
+    from omnidraft.recurring import mixed
+
+    prompts = mixed(stream)
+    t0 = time.perf_counter()
+    for i, text in enumerate(prompts, 1):
+        row.run(Prompt("stream", text, chat=True), max_new_tokens)
+        if i % 10 == 0 or i == len(prompts):
+            log(f"{row.name}: the stream, {i}/{len(prompts)} prompts answered ({time.perf_counter() - t0:.0f} s)")

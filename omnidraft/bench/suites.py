@@ -23,7 +23,9 @@ ratios are to. Every suite's reference is the target alone on the product's runt
   memory that a stream of recurring work filled (``Options.stream`` prompts of each kind,
   omnidraft/recurring.py) against the same pair with no memory (a fresh home's), the target alone
   and llama.cpp alone, on held-out prompts of the same kinds (never in the stream) and, as the
-  control, code and ShareGPT prompts it never saw.
+  control, code and ShareGPT prompts it never saw; the same memory reopened from its file (as
+  after a restart), and llama-server's n-gram speculation (``ngram-simple``, and ``ngram-mod``
+  whose pool outlives a request) after the same stream in the same process.
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
@@ -50,12 +52,19 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "transformers-lookup": "transformers' prompt-lookup decoding",
     "remembered": "the pair through Session recalling from a scratch memory filled by a stream of recurring work "
                   "(--stream prompts of each kind), read-only while measured",
+    "remembered-reopened": "the remembered row's pair with its memory reopened from the file (a new index, as after "
+                           "a restart)",
     "serve": "omnidraft serve (the pair) through the openai SDK",
     "serve-target": "omnidraft serve --drafter none (the target alone) through the openai SDK",
     "llamacpp-server": "llama-cpp-python's server on the target's GGUF",
     "llamacpp-server-lookup": "llama-cpp-python's server with its prompt-lookup draft",
     "llama-server": "llama.cpp's llama-server (LLAMA_SERVER or PATH)",
     "llama-server-ngram": "llama-server --spec-type ngram-simple (its best measured here)",
+    "llama-server-ngram-mod": "llama-server --spec-type ngram-mod (its hash pool of n-grams kept across requests)",
+    "llama-server-ngram-used": "llama-server --spec-type ngram-simple after answering the memory suite's stream "
+                               "(--stream prompts of each kind) in the same process",
+    "llama-server-ngram-mod-used": "llama-server --spec-type ngram-mod after answering the same stream in the same "
+                                   "process",
     "vllm": "vLLM alone (OMNIDRAFT_VLLM_PYTHON or .venv-vllm)",
     "vllm-proposer": "vLLM with OmniDraft's proposer inside it (custom_class, up to 8 ids a step)",
     "vllm-draft": "vLLM with its own draft model, heterogeneous vocabularies (TLI, 3 tokens)",
@@ -152,8 +161,8 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
 
     runtime = Runtime(dtype=opts.dtype, threads=opts.threads)
     tok = None
-    for key in sorted(wanted, key=lambda k: k.partition("@")[0] not in ("product", "nocopies", "remembered")):
-        # products first
+    first = {"product": 0, "nocopies": 0, "remembered": 1, "remembered-reopened": 2}  # the pair's rows first
+    for key in sorted(wanted, key=lambda k: first.get(k.partition("@")[0], 3)):
         name, _, adapter = key.partition("@")
         if name == "product" or name == "nocopies":
             log(f"loading the pair through Session ({key}) ...")
@@ -162,6 +171,11 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
         elif name == "remembered":
             built[key] = rows.remembered(opts.drafter, opts.target, runtime, opts.stream or STREAM, opts.max_new_tokens,
                                          log)
+        elif name == "remembered-reopened":
+            if "remembered" not in built:
+                raise OmniDraftError("the remembered-reopened row reopens the remembered row's memory",
+                                     "ask for both rows")
+            built[key] = rows.ReopenedRow(built["remembered"])
         elif name == "target":  # the same runtime as the product's (eager without a product row)
             same = next((r.session.target_runtime for k, r in built.items() if k.startswith("product")), "eager")
             built[key] = rows.target_alone(opts.target, Runtime(target=same, dtype=opts.dtype, threads=opts.threads))
@@ -188,10 +202,15 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                                            alone=name == "serve-target", **at) if name in ("serve", "serve-target") else
                    servers.llamacpp_python_server(opts.target, tok, log, lookup=name == "llamacpp-server-lookup", **at)
                    if name.startswith("llamacpp-server") else
-                   servers.llama_server(opts.target, tok, log, spec_type="ngram-simple" if name.endswith("ngram")
-                                        else None, **at))
+                   servers.llama_server(opts.target, tok, log, spec_type=_SPEC_TYPES[name.removesuffix("-used")],
+                                        **at))
+            if row is not None and name.endswith("-used"):
+                servers.feed(row, opts.stream or STREAM, opts.max_new_tokens, log)
             built[key] = row or rows.Missing(ROWS[name], "not installed here (its server's package or binary; "
                                                           "the log says which)")
+
+
+_SPEC_TYPES = {"llama-server": None, "llama-server-ngram": "ngram-simple", "llama-server-ngram-mod": "ngram-mod"}
 
 
 def _rows(default: tuple[str, ...], *, adapters: bool = False, clients: bool = False):
@@ -241,7 +260,8 @@ SUITES = {
                           ("vllm", "vllm-ngram", "vllm-suffix", "llamacpp", "assisted")), sampled=(0.7, 0.9)),
     "memory": Suite("memory", "After a stream of recurring assistant work, does the pair's memory of earlier answers "
                     "make held-out work of the same kinds faster, and never slower on prompts it never saw?",
-                    _rows(("product", "remembered", "target", "llamacpp")), "target",
+                    _rows(("product", "remembered", "remembered-reopened", "target", "llamacpp",
+                           "llama-server-ngram-used", "llama-server-ngram-mod-used")), "target",
                     {"tests": 6, "extract": 6, "reply": 6, "code": 6, "sharegpt": 6}),
 }
 

@@ -4,13 +4,15 @@ beside it.
 The port opens at once (``/health`` says 503 while the Session loads: programs, adapter, cost
 model, one cache per slot); a Session that cannot load ends the server with its one-line error.
 Unless ``adapt`` is off, the daemon (train/daemon.py: its own low-priority process, training only
-once enough new verifications are logged) runs beside it, and the adapter it publishes goes live
-between generations. Knows uvicorn and processes; the routes are app.py's.
+once enough new verifications are logged, and only while no generation runs) runs beside it and
+ends with the server, even a killed one (a daemon the user started stays theirs); the adapter it
+publishes goes live between generations. Knows uvicorn and processes; the routes are app.py's.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +99,7 @@ def serve(cfg: ServeConfig, model: str, make_session) -> int:
             server.should_exit = True
             return
         if cfg.adapt and runner.session.log is not None and not daemon.read_pid():
-            started.append(daemon.start())
+            started.append(daemon.start(parent=os.getpid()))
         _note(f"serving {model} on http://{cfg.host}:{cfg.port}/v1 ({runner.session.slots} slots"
               f"{', the daemon adapting the drafter beside it' if cfg.adapt else ''}); chat at "
               f"http://{cfg.host}:{cfg.port}/")

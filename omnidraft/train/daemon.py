@@ -2,21 +2,27 @@
 pair whose verification log has enough new records. While none has, it costs nothing: each poll
 is a count query per pair, and a model is loaded only for a round that will run. No network
 port: it is controlled through files in $OMNIDRAFT_HOME/daemon/ (pid, status.json, a pause flag)
-and signals (SIGTERM stops after the current record). Knows processes and files; training is
-tuning.py's.
+and signals. A guest on the device: it trains only while nothing generates (generating.py) and
+yields within one record when a generation starts; SIGTERM ends it at once at any point of a
+round (the round's records stay in the log for the next one), and one a server started ends with
+that server. Knows processes and files; training is tuning.py's.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from omnidraft.fsio import atomic_write_json
+from omnidraft.generating import idle
 from omnidraft.home import subdir
 
 
@@ -53,9 +59,68 @@ class _Stop(Exception):
     pass
 
 
-def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, throttle_s: float = 0.0) -> int:
+class _Guest:
+    """How the daemon keeps out of the way, checked before every trained record: it stops at
+    SIGTERM at once (between two records or inside one; not while a round publishes, which it
+    finishes first), stops when ``parent`` (the server that started it) is gone, and waits while
+    paused or while anything generates (generating.py)."""
+
+    def __init__(self, parent: int | None, throttle_s: float):
+        self.parent, self.throttle_s = parent, throttle_s
+        self.stopping = self.committing = False
+        signal.signal(signal.SIGTERM, self._on_term)
+        self.pause_flag = _dir() / "pause"
+
+    def _on_term(self, _sig, _frame) -> None:
+        self.stopping = True
+        if not self.committing:
+            raise _Stop
+
+    def _check_stop(self) -> None:
+        if self.stopping or (self.parent is not None and not _alive(self.parent)):
+            raise _Stop
+
+    def wait(self) -> None:
+        """Return when the daemon may train on; raise _Stop when it must end."""
+        if self.throttle_s:
+            time.sleep(self.throttle_s)
+        said, before = None, None
+        while True:
+            self._check_stop()
+            state = "paused" if self.pause_flag.exists() else None if idle() else "yielding"
+            if state is None:
+                if before is not None:  # what it was doing, said again
+                    _write_status(**{k: v for k, v in before.items() if k not in ("pid", "time")})
+                return
+            if state != said:
+                if before is None:
+                    before = _read_status()
+                _write_status(state=state)
+                said = state
+            time.sleep(0.1)
+
+    def sleep(self, seconds: float) -> None:
+        for _ in range(max(1, int(seconds * 10))):
+            self._check_stop()
+            time.sleep(0.1)
+
+    @contextmanager
+    def publishing(self) -> Iterator[None]:
+        """A round's commit (the version, the cursor, the .ptds) runs to its end; a SIGTERM meanwhile
+        stops the daemon after it."""
+        self.committing = True
+        try:
+            yield
+        finally:
+            self.committing = False
+        self._check_stop()
+
+
+def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, throttle_s: float = 0.0,
+          parent: int | None = None) -> int:
     """The daemon's loop (runs in the foreground; ``start`` runs it detached). ``throttle_s``:
-    a pause after every trained record, to cap the CPU share on a busy device."""
+    a pause after every trained record, to cap the CPU share on a busy device. ``parent``: a
+    process whose end ends the daemon too (the server that started it)."""
     from omnidraft.models.loading import load_model
     from omnidraft.pairs.spec import adapter_store, list_specs, log_path
     from omnidraft.train.tuning import RoundConfig, due, run_round
@@ -64,38 +129,21 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
     cfg = cfg or RoundConfig()
     if nice:
         os.nice(nice)
-    stop = {"flag": False}
-
-    def on_term(_sig, _frame):
-        stop["flag"] = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    pause_flag = _dir() / "pause"
-
-    def wait_if_paused():
-        if throttle_s:
-            time.sleep(throttle_s)
-        if stop["flag"]:
-            raise _Stop
-        while pause_flag.exists():
-            _write_status(state="paused")
-            time.sleep(0.5)
-            if stop["flag"]:
-                raise _Stop
-
+    guest = _Guest(parent, throttle_s)
     log, store = VerificationLog(log_path()), adapter_store()
     _write_status(state="idle")
     try:
-        while not stop["flag"]:
+        while True:
             ran = False
             for spec in list_specs():
-                wait_if_paused()
+                guest.wait()
                 if not due(spec, log, store, cfg):
                     continue
                 _write_status(state="training", pair=spec.name)
                 result = run_round(spec, log, store, load_model(spec.drafter, dtype="fp32").model, cfg,
-                                   wait_if_paused=wait_if_paused,
+                                   wait_if_paused=guest.wait, publishing=guest.publishing,
                                    progress=lambda m: _write_status(state="training", pair=spec.name, progress=m))
+                gc.collect()  # the round's training copy of the drafter goes with it
                 ran = True
                 _write_status(state="idle", pair=spec.name, last=result)
                 ptds = f" {result['version']} (.ptd for {result['ptds']} program(s))" if "ptds" in result else ""
@@ -103,13 +151,11 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
             if once and not ran:
                 break
             if not ran:
-                for _ in range(int(poll_s * 10)):
-                    if stop["flag"]:
-                        break
-                    time.sleep(0.1)
+                guest.sleep(poll_s)
     except _Stop:
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _write_status(state="stopped")
         log.close()
     return 0
@@ -135,15 +181,18 @@ def load_config(path: str | Path | None):
         raise OmniDraftError(f"bad daemon config {path}: {err}") from None
 
 
-def start(poll_s: float = 10.0, throttle_s: float = 0.0, config: str | Path | None = None) -> int:
+def start(poll_s: float = 10.0, throttle_s: float = 0.0, config: str | Path | None = None,
+          parent: int | None = None) -> int:
     """Launch the daemon detached at low priority; returns its pid (an existing one if running).
-    ``config``: a JSON file of RoundConfig fields (checked here, before launching)."""
+    ``config``: a JSON file of RoundConfig fields (checked here, before launching); ``parent``: a
+    process it ends with (a server's own pid; None: it runs until stopped)."""
     pid = read_pid()
     if pid:
         return pid
     load_config(config)
     out = open(_dir() / "daemon.log", "ab")
-    extra = ["--config", str(Path(config).resolve())] if config else []
+    extra = (["--config", str(Path(config).resolve())] if config else []) + (
+        ["--parent", str(parent)] if parent is not None else [])
     proc = subprocess.Popen([sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", str(poll_s),
                              "--throttle", str(throttle_s), *extra],
                             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -152,8 +201,9 @@ def start(poll_s: float = 10.0, throttle_s: float = 0.0, config: str | Path | No
     return proc.pid
 
 
-def stop(timeout_s: float = 60.0) -> bool:
-    """SIGTERM (finishes the current record), then SIGKILL after ``timeout_s``. True if it ran."""
+def stop(timeout_s: float = 10.0) -> bool:
+    """SIGTERM (it ends at once, or after a publish in progress), then SIGKILL after ``timeout_s``.
+    True if it ran."""
     pid = read_pid()
     if not pid:
         return False
@@ -167,14 +217,30 @@ def stop(timeout_s: float = 60.0) -> bool:
     return True
 
 
-def status() -> dict:
-    path = _dir() / "status.json"
+def _read_status() -> dict:
     try:
-        info = json.loads(path.read_text())
+        info = json.loads((_dir() / "status.json").read_text())
     except (OSError, ValueError):
-        info = {}
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def status() -> dict:
+    info = _read_status()
     pid = read_pid()
-    return {**info, "running": bool(pid), "pid": pid, "paused": (_dir() / "pause").exists()}
+    return {**info, "running": bool(pid), "pid": pid, "paused": (_dir() / "pause").exists(),
+            **({"rss_mib": _rss_mib(pid)} if pid else {})}
+
+
+def _rss_mib(pid: int) -> float | None:
+    """The process's resident memory now (/proc), None where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def pause(on: bool = True) -> None:

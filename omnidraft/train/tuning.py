@@ -21,7 +21,8 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from contextlib import nullcontext
+from typing import Callable, ContextManager
 
 import torch
 
@@ -170,8 +171,11 @@ def load_trainable(spec: PairSpec, store, base_model, train: TrainConfig):
 
 def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundConfig(), *,
               progress: Callable[[str], None] | None = None,
-              wait_if_paused: Callable[[], None] | None = None) -> dict:
-    """One round. Returns {"status": "waiting" | "published" | "rejected", ...}."""
+              wait_if_paused: Callable[[], None] | None = None,
+              publishing: Callable[[], ContextManager] = nullcontext) -> dict:
+    """One round. Returns {"status": "waiting" | "published" | "rejected", ...}. ``wait_if_paused``:
+    called before each record (it may wait, or raise to abandon the round: nothing is written
+    then, and its records stay for the next); ``publishing()``: held around what the round writes."""
     say = progress or (lambda _m: None)
     start = cursor(spec, store)
     rows = log.read(spec.name, after=start, limit=cfg.max_records * 2)
@@ -212,19 +216,20 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
             "held_out": len(held),
             "distill_steps": trainer.distill.steps, "head_steps": trainer.head.steps,
             "seconds": round(time.perf_counter() - t0, 1)}
-    if verdict is not None and not verdict.publish:
-        _write_cursor(spec, through, {"rejected": info})
-        _history(spec, {"status": "rejected", **info})
-        say(f"{spec.name}: candidate rejected, significantly worse on held-out records (acceptance "
-            f"{verdict.before:.3f} -> {verdict.after:.3f}, p = {verdict.p_worse:.3g})")
-        return {"status": "rejected", **info}
-    new = store.publish(spec.name, model, meta=info, extra={"head": head.state_dict()})
-    _write_cursor(spec, through, {"published": new})
-    _history(spec, {"status": "published", "version": new, **info})
-    say(f"{spec.name}: published {new}" + (f" (held-out acceptance {verdict.before:.3f} -> {verdict.after:.3f})"
-                                           if verdict else ""))
-    return {"status": "published", "version": new, "ptds": write_ptds(spec, store.path(spec.name, new), say),
-            **info}
+    with publishing():
+        if verdict is not None and not verdict.publish:
+            _write_cursor(spec, through, {"rejected": info})
+            _history(spec, {"status": "rejected", **info})
+            say(f"{spec.name}: candidate rejected, significantly worse on held-out records (acceptance "
+                f"{verdict.before:.3f} -> {verdict.after:.3f}, p = {verdict.p_worse:.3g})")
+            return {"status": "rejected", **info}
+        new = store.publish(spec.name, model, meta=info, extra={"head": head.state_dict()})
+        _write_cursor(spec, through, {"published": new})
+        _history(spec, {"status": "published", "version": new, **info})
+        say(f"{spec.name}: published {new}" + (f" (held-out acceptance {verdict.before:.3f} -> {verdict.after:.3f})"
+                                               if verdict else ""))
+        return {"status": "published", "version": new, "ptds": write_ptds(spec, store.path(spec.name, new), say),
+                **info}
 
 
 def write_ptds(spec: PairSpec, version_dir, say: Callable[[str], None]) -> int:

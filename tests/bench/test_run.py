@@ -139,14 +139,21 @@ def test_the_memory_suite_recalls_a_streams_answers_on_held_out_work_and_leaves_
     from omnidraft.pairs.spec import pair_dir, pair_name
 
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("LLAMA_SERVER", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no llama-server here: its row is reported missing, not skipped
     drafter, target = models
     opts = Options(drafter, target, {"extract": 2, "code": 1}, max_new_tokens=16, dtype="fp32", stream=3,
-                   rows=("product", "remembered", "target"))
+                   rows=("product", "remembered-reopened", "remembered", "target", "llama-server-ngram-mod-used"))
     got = run_suite(suite("memory"), opts, out=tmp_path / "results", keep=False)
     name = "omnidraft pair, memory after 9 prompts of use"
-    assert list(got["rows"]) == ["omnidraft pair", name, "target alone (eager)"]
+    reopened = name + ", reopened as after a restart"
+    assert list(got["rows"]) == ["omnidraft pair", reopened, name, "target alone (eager)"]
     assert got["rows"][name]["equal"] == 3 and got["rows"]["omnidraft pair"]["recalled"] == 0
+    assert got["rows"][reopened]["equal"] == 3
     state = got["states"][name]
     assert state["memory"]["spaces"][0]["entries"] == 9 and state["lookups"] > 0  # the stream only
+    again = got["states"][reopened]  # its own index, rebuilt from the file
+    assert again["lookups"] > 0 and again["index_bytes"] == state["index_bytes"] > 0
+    assert [why for row, why in got["missing"].items() if "ngram-mod after" in row]
     assert got["options"]["stream"] == 3
     assert not (pair_dir(pair_name(drafter, target)) / "memory").exists()

@@ -1,15 +1,24 @@
-"""An idle daemon costs nothing: with a pair whose log has fewer new records than a round needs,
-it polls with a count query and never loads a model (on a phone-like device it would otherwise
-burn a core around the clock)."""
+"""The daemon as a guest on the device. Idle, it costs nothing: with a pair whose log has fewer new
+records than a round needs, it polls with a count query and never loads a model (on a phone-like
+device it would otherwise burn a core around the clock). With work, it trains only while nothing
+generates, stops within a moment of SIGTERM mid-round losing no record, and one a server started
+ends with that server even when the server is killed."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
-from omnidraft.pairs.spec import PairSpec, log_path, save_spec
+import pytest
+
+from omnidraft.generating import generating
+from omnidraft.pairs.spec import PairSpec, adapter_store, log_path, save_spec
+from omnidraft.train.tuning import cursor, history
 from omnidraft.train.verlog import VerificationLog
+
+from ..test_session import FP32, PROMPTS, models  # noqa: F401  (the tiny pair the Session tests run)
 
 IDLE_S = 10.0  # 20 polls; the budget, 1% of it, is 10 clock ticks of CPU time
 
@@ -47,3 +56,98 @@ def test_an_idle_daemon_uses_under_one_percent_of_a_core(tmp_path, monkeypatch):
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _status(home) -> dict:
+    try:
+        return json.loads((home / "daemon" / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _until(check, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie nobody reaped counts as exited)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.fixture()
+def due_pair(tmp_path, monkeypatch, models):
+    """A home whose tiny pair has a round's worth of logged verifications, and a round config
+    that trains on them."""
+    from omnidraft import Session
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
+    s = Session(*models, runtime=FP32, memory=False)
+    for p in PROMPTS + PROMPTS[:2]:  # 12 records, every 5th held out: one update's 8 to train on
+        s.generate(p, max_new_tokens=16)
+    s.close()
+    config = tmp_path / "round.json"
+    config.write_text(json.dumps({"min_records": 4, "max_records": 8, "eval_records": 2, "replay": 0}))
+    return home, config, s.spec
+
+
+def test_the_daemon_trains_only_while_nothing_generates_and_stops_at_once_mid_round(due_pair):
+    home, config, spec = due_pair
+    run = [sys.executable, "-m", "omnidraft.cli", "daemon", "run", "--poll", "0.2", "--config", str(config)]
+    with generating():  # a generation in flight from before the daemon starts
+        proc = subprocess.Popen([*run, "--throttle", "0.5"], env=dict(os.environ), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            _until(lambda: _status(home).get("state") == "yielding", 120, "the daemon yielding to the generation")
+            time.sleep(3.0)
+            assert _status(home)["state"] == "yielding"  # it never began the round it is due
+        except BaseException:
+            proc.kill()
+            raise
+    try:
+        _until(lambda: "trained on" in _status(home).get("progress", ""), 120, "a round under way once idle")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert took < 2.0, f"SIGTERM mid-round took {took:.1f} s"
+    assert _status(home)["state"] == "stopped"
+    store = adapter_store()
+    assert store.latest(spec.name) is None and cursor(spec, store) == 0 and history(spec) == []  # nothing half-written
+    done = subprocess.run([*run, "--once"], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rounds = history(spec)
+    assert len(rounds) == 1 and rounds[0]["status"] in ("published", "rejected")
+    assert cursor(spec, store) == rounds[0]["records_through"] > 0  # the interrupted round's records, trained
+
+
+def test_a_daemon_its_server_started_ends_with_the_server_even_killed(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
+    server = subprocess.Popen([sys.executable, "-c", "import os, time\nfrom omnidraft.train import daemon\n"
+                               "print(daemon.start(poll_s=0.2, parent=os.getpid()), flush=True)\ntime.sleep(600)"],
+                              env=dict(os.environ), stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(server.stdout.readline())
+        _until(lambda: _status(home).get("pid") == pid and _status(home)["state"] == "idle", 120, "the daemon up")
+        server.kill()
+        server.wait(timeout=10)
+        t0 = time.monotonic()
+        _until(lambda: _gone(pid), 10, "the daemon ending with its server")
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        server.kill()
+        if pid is not None and not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
