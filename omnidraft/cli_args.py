@@ -252,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--threads", type=int, default=2)
     be.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16", help="the eager models' dtype")
     be.add_argument("--rows", default=None, help="comma-separated rows to run (default: the suite's; "
-                    "product@VERSION: the pair on an adapter version)")
+                    "product@VERSION: the pair on an adapter version); ';' between phases, each built, run and "
+                    "closed before the next (rows that do not fit memory at once), each with the reference row")
     be.add_argument("--adapters", default=None, help="the adapters suite: comma-separated adapter versions to run "
                     "beside the latest and none")
     be.add_argument("--clients", type=int, default=None, help="serve: then this many clients at once on each "

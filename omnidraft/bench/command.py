@@ -57,9 +57,12 @@ def run_command(args, log: Callable[[str], None]) -> dict:
     from omnidraft.bench.suites import Options, suite
 
     counts = {k: getattr(args, k) for k in SETS if getattr(args, k) is not None}
+    phases = tuple(_split(p) for p in (args.rows or "").split(";") if p.strip())
     opts = Options(args.drafter, args.target, {k: n for k, n in counts.items() if n} if counts else None,
-                   _new_tokens(args), args.threads, args.dtype, _split(args.rows), _split(args.adapters) or (),
-                   args.clients or 0, **({"stream": args.stream} if args.stream is not None else {}))
+                   _new_tokens(args), args.threads, args.dtype, phases[0] if len(phases) == 1 else None,
+                   _split(args.adapters) or (), args.clients or 0,
+                   **({"stream": args.stream} if args.stream is not None else {}),
+                   **({"phases": phases} if len(phases) > 1 else {}))
     return run_suite(suite(args.suite), opts, out=args.out, keep=not args.no_history, log=log)
 
 

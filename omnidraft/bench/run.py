@@ -36,12 +36,12 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     opts = suite.options(opts)
     stamped = stamp(suite.name, opts.threads, question=suite.question, options=opts.as_json())  # the code as it starts
     prompts = prompt_sets(opts.counts)
-    phases = list(suite.phases) if suite.phases and not opts.rows else [opts.rows]
+    phases = list(opts.phases) or (list(suite.phases) if suite.phases and not opts.rows else [opts.rows])
     parts: list[Part] = []
     extra: dict = {"missing": {}, "states": {}, "concurrent": {}}
     with generating():  # the fine-tuning daemon trains nothing under the clock (generating.py)
         for n, keys in enumerate(phases, 1):
-            built = suite.build(replace(opts, rows=keys), log)  # key -> Row (or Missing)
+            built, rows = suite.build(replace(opts, rows=keys, phases=()), log), {}  # key -> Row (or Missing)
             try:
                 rows = {k: r for k, r in built.items() if not isinstance(r, Missing)}
                 extra["missing"].update({r.name: r.why for r in built.values() if isinstance(r, Missing)})
@@ -62,9 +62,24 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
                 for row in reversed(built.values()):  # the last built first (a row may share an earlier one's Session)
                     getattr(row, "close", lambda: None)()
                 extra["states"].update({r.name: r.state for r in built.values() if getattr(r, "state", None)})
+                del built, rows  # this phase's models freed before the next phase loads its own
+                _release()
     result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
     report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
     return result
+
+
+def _release() -> None:
+    """Hand the memory of the rows just closed back to the system (glibc keeps freed heap otherwise:
+    a 1.5B program's 5.2 GB fell to 0.75 GB on collection and to 0.41 GB trimmed)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _answered(suite: Suite, rows: dict, prompts: list[Prompt], max_new_tokens: int, log) -> list[Prompt]:

@@ -80,7 +80,9 @@ class Options:
     are `omnidraft pair`'s choice); ``adapters``: adapter versions the ``adapters`` suite runs
     beside the latest and none; ``clients``: the serve suite's clients at once in its second
     phase (0: none); ``stream``: the prompts of each recurring kind the ``remembered`` row's
-    memory is filled with before anything is measured (None: STREAM)."""
+    memory is filled with before anything is measured (None: STREAM); ``phases``: rows to build,
+    run and close in turn instead of ``rows`` (each with the reference; e.g. the 1.5B's pair rows,
+    whose Sessions do not fit memory together)."""
 
     drafter: str = DEFAULT_DRAFTER
     target: str = "qwen2.5-coder-0.5b"
@@ -92,6 +94,7 @@ class Options:
     adapters: tuple[str, ...] = ()
     clients: int = 0
     stream: int | None = None
+    phases: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -111,6 +114,10 @@ class Options:
                 raise OmniDraftError(f"{name}: a prompt count must be an integer >= 0, got {n!r}")
         if self.counts is not None and not any(self.counts.values()):
             raise OmniDraftError("no prompts to run", "ask for at least one prompt of a set")
+        if self.phases and self.rows:
+            raise OmniDraftError("rows and phases both given", "give the rows of each phase in phases")
+        if any(not keys for keys in self.phases):
+            raise OmniDraftError("a phase with no rows", "name a phase's rows between its ';'")
 
     def as_json(self) -> dict:
         """What a history compares runs by."""
@@ -119,7 +126,8 @@ class Options:
                 "rows": list(self.rows) if self.rows else None, **({"adapters": list(self.adapters)}
                                                                    if self.adapters else {}),
                 **({"clients": self.clients} if self.clients else {}),
-                **({"stream": self.stream} if self.stream is not None else {})}
+                **({"stream": self.stream} if self.stream is not None else {}),
+                **({"phases": [list(keys) for keys in self.phases]} if self.phases else {})}
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ def test_bad_options_are_one_line_errors(capsys):
     assert len(err) == 1 and "unknown benchmark suite 'nope'" in err[0]
     assert main(["bench", "pair", "--max-new-tokens", "0"]) == 2
     assert "max_new_tokens must be >= 1" in capsys.readouterr().err
+    assert main(["bench", "memory", "--rows", "product,target; , ;target"]) == 2
+    assert "a phase with no rows" in capsys.readouterr().err
 
 
 def test_the_copy_suite_runs_follow_ups_on_the_target_alones_answers_and_every_engine_row(tmp_path, monkeypatch,
@@ -142,12 +144,15 @@ def test_the_memory_suite_recalls_a_streams_answers_on_held_out_work_and_leaves_
     monkeypatch.delenv("LLAMA_SERVER", raising=False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no llama-server here: its row is reported missing, not skipped
     drafter, target = models
+    phases = (("product", "target"), ("remembered-reopened", "remembered", "target", "llama-server-ngram-mod-used"))
     opts = Options(drafter, target, {"extract": 2, "code": 1}, max_new_tokens=16, dtype="fp32", stream=3,
-                   rows=("product", "remembered-reopened", "remembered", "target", "llama-server-ngram-mod-used"))
+                   phases=phases)  # as the 1.5B runs: its two pair Sessions do not fit memory together
     got = run_suite(suite("memory"), opts, out=tmp_path / "results", keep=False)
     name = "omnidraft pair, memory after 9 prompts of use"
     reopened = name + ", reopened as after a restart"
-    assert list(got["rows"]) == ["omnidraft pair", reopened, name, "target alone (eager)"]
+    assert list(got["rows"]) == ["omnidraft pair", "target alone (eager)", reopened, name,
+                                 "target alone (eager) (phase 2)"]
+    assert [p["phase"] for p in got["parts"]] == [1, 2] and got["options"]["phases"][0] == ["product", "target"]
     assert got["rows"][name]["equal"] == 3 and got["rows"]["omnidraft pair"]["recalled"] == 0
     assert got["rows"][reopened]["equal"] == 3
     state = got["states"][name]
