@@ -237,7 +237,8 @@ def read_token(token_file: str | None) -> str:
 def _cmd_serve(args) -> int:
     import os
 
-    from omnidraft.pairs.settings import Runtime
+    from omnidraft.jobs.first_start import prepare
+    from omnidraft.pairs.settings import Runtime, TargetRef
     from omnidraft.sampling import SamplingConfig
     from omnidraft.serve.server import ServeConfig, model_id, serve
     from omnidraft.session import Session
@@ -252,7 +253,8 @@ def _cmd_serve(args) -> int:
                       memory_mib=args.memory_mib)
     return serve(cfg, model_id(args.target), lambda: Session(
         drafter, args.target, sampling=cfg.sampling, lookup=not args.no_lookup, memory=not args.no_memory,
-        log=not args.no_log, adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots))
+        log=not args.no_log, adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots),
+        prepare=lambda say: prepare(drafter, TargetRef(args.target), runtime, args.exact, say))
 
 
 def _cmd_serve_target(args) -> int:
@@ -307,7 +309,10 @@ def _runtime(args):
 
 
 def _cmd_generate(args) -> int:
+    from omnidraft.decode.draft_length import FixedK
+    from omnidraft.decode.modes import check_verify_mode
     from omnidraft.decode.text import drained
+    from omnidraft.jobs.first_start import prepare
     from omnidraft.pairs.spec import DEFAULT_DRAFTER
     from omnidraft.propose.config import SpecConfig
     from omnidraft.propose.registry import get
@@ -318,11 +323,17 @@ def _cmd_generate(args) -> int:
         raise OmniDraftError("empty prompt", "pass some text with --prompt")
     strategy = args.strategy or ("omnidraft" if args.drafter else "ar")
     drafter = args.drafter or (DEFAULT_DRAFTER if get(strategy).speculative else None)
-    session = Session(drafter, _target_ref(args), k=args.draft_length,
-                      spec=SpecConfig(strategy, confidence=args.confidence or None),
-                      sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
+    spec = SpecConfig(strategy, confidence=args.confidence or None)
+    sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
+    target, runtime = _target_ref(args), _runtime(args)
+    check_verify_mode(args.verify)
+    if args.draft_length is not None:
+        FixedK(args.draft_length)  # the options refused before a first run pairs
+    prepare(drafter if args.draft_length != 0 else None, target, runtime, args.exact,
+            lambda *a, **k: print(*a, file=sys.stderr, flush=True, **k))
+    session = Session(drafter, target, k=args.draft_length, spec=spec, sampling=sampling,
                       verify=args.verify, lookup=not args.no_lookup, memory=not args.no_memory, log=not args.no_log,
-                      adapter=args.adapter, runtime=_runtime(args), exact=args.exact)
+                      adapter=args.adapter, runtime=runtime, exact=args.exact)
     on_text = None if args.json else (lambda s: print(s, end="", flush=True))
     try:
         result = drained(session.stream(args.prompt, max_new_tokens=args.max_new_tokens, chat=args.chat), on_text)
@@ -331,7 +342,7 @@ def _cmd_generate(args) -> int:
     m = result.metrics
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "lossless": result.lossless,
-                          "verify": m.get("verify"), "adapter": m.get("adapter"), "engine": m.get("engine"),
+                          "exactness": m.get("exactness"), "verify": m.get("verify"), "adapter": m.get("adapter"), "engine": m.get("engine"),
                           "logged": session.log is not None and not session.alone, "metrics": m}))
     else:
         print("\n\n" + format_metrics(m, paired=not session.alone), file=sys.stderr)
@@ -351,6 +362,9 @@ def format_metrics(m: dict, paired: bool = True) -> str:
                  "batch-invariant (--exact keeps to the ExecuTorch program)")
     elif m.get("target_runtime") == "llamacpp":
         line += "\n  target on llama.cpp, one token a call: its own output"
+    elif m.get("target_runtime") == "eager" and m.get("exactness") == "logits":
+        line += ("\n  target on eager PyTorch: exact with respect to the logits its calls compute, which are not "
+                 "batch-invariant (`omnidraft pair` builds the bit-exact ExecuTorch program)")
     cm = m.get("cost_model")
     if cm:
         line += (f"\n  cost model: drafting k = {cm['k']} per round, predicted {cm['predicted_tokens_per_s']:.2f} "

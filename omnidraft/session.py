@@ -36,7 +36,7 @@ from omnidraft.memory.config import MemoryConfig
 from omnidraft.memory.spaces import LOCAL, Memories
 from omnidraft.models.lm import common_prefix
 from omnidraft.pairs.assemble import assemble
-from omnidraft.pairs.build import runtime_kind
+from omnidraft.pairs.build import exactness, runtime_kind
 from omnidraft.pairs import routing
 from omnidraft.pairs.conversations import Conversations
 from omnidraft.pairs.router import Pick
@@ -212,7 +212,8 @@ class Session:
                 if self.pair is not None and not pick.route.alone:
                     self.pair.save()
                 self.router.finish(pick, None if result is None else result.metrics)
-            result.metrics.update(adapter=self.version, target_runtime=pick.route.runtime, prompt_tokens=len(ids),
+            result.metrics.update(adapter=self.version, target_runtime=pick.route.runtime,
+                                  exactness=exactness(pick.route.target), prompt_tokens=len(ids),
                                   prompt_cached=cached, slot=self.conversations.at)
             keep = self.lookup.max_tokens if self.lookup and not messages else 0
             self.conversations.ran(slot, ids, result.token_ids, keep)

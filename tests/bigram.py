@@ -20,6 +20,7 @@ from omnidraft.models.lm import Forward
 
 class BigramLM:
     scores_accept = False
+    batch_invariant = True  # a row of a table per token: the same logits however a prompt is split
 
     def __init__(self, vocab: int, favour: dict[int, float], *, seed: int, noise: float = 0.8,
                  rest_mass: float = 0.02, max_length: int = 1024, name: str = "bigram"):

@@ -39,6 +39,24 @@ def runtime_kind(lm: LM) -> str:
     return "executorch" if isinstance(lm, ExecuTorchLM) else "llamacpp" if isinstance(lm, LlamaCppLM) else "eager"
 
 
+def exactness(target) -> str:
+    """How exactly a generation on ``target`` (a LocalTarget, or a server's) is the target's own:
+    "bit-exact" where its multi-token calls compute the logits one token at a time would (the
+    ExecuTorch program, and models that say ``batch_invariant``), so the greedy text equals the
+    target alone's token for token however a prompt was split across calls (a cached preamble, a
+    slot's prefix); "logits" elsewhere (eager PyTorch, llama.cpp, a server): exact with respect to
+    the logits its calls compute, which are not batch-invariant."""
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    from omnidraft.models.slots import inner
+
+    lm = getattr(target, "model", None)
+    if lm is None:
+        return "logits"
+    lm = inner(lm)
+    return "bit-exact" if isinstance(lm, ExecuTorchLM) or getattr(lm, "batch_invariant", False) else "logits"
+
+
 def _check_runtime(runtime: str, known: tuple[str, ...] = RUNTIMES) -> None:
     if runtime not in known:
         raise OmniDraftError(f"unknown runtime {runtime!r}", f"use one of {', '.join(known)}")
@@ -63,7 +81,8 @@ def _eager(name: str, dtype: str, runtime: str, program, note, why: str = "") ->
     """The eager model; with ``auto``, a note once it loaded (an unknown name is the error)."""
     lm = load_model(name, dtype=dtype)
     if runtime == "auto" and note:
-        note(f"{name}: {why or f'no exported program at {program}'}; running it on eager PyTorch")
+        note(f"{name}: {why or f'no exported program at {program}'}; running it on eager PyTorch (slower, and "
+             "exact only with respect to the logits its calls compute: `omnidraft pair` builds the program)")
     return lm
 
 

@@ -37,12 +37,13 @@ class _Job:
     seconds: float = 0.0  # how long it took, once it ended
 
 
-def missing(drafter: str, target: str, max_seq: int = MAX_SEQ, *,
+def missing(drafter: str | None, target: str, max_seq: int = MAX_SEQ, *,
             target_program: bool = True) -> list[tuple[str, list[str]]]:
     """(label, export arguments) for each program the pair would run on that is not built yet
-    (``target_program`` False: the target runs elsewhere, its GGUF on llama.cpp, say)."""
+    (``drafter`` None: the target alone; ``target_program`` False: the target runs elsewhere,
+    its GGUF on llama.cpp, say)."""
     out = []
-    if not (program_dir(drafter, DRAFTER_QUANT, max_seq) / "program.pte").is_file():
+    if drafter is not None and not (program_dir(drafter, DRAFTER_QUANT, max_seq) / "program.pte").is_file():
         out.append((f"{drafter} (drafter)", ["--drafter", drafter, "--quant", DRAFTER_QUANT]))
     if target_program and not is_remote(target) and not (program_dir(target, TARGET_QUANT, max_seq, role="target")
                                                          / "program.pte").is_file():
@@ -61,7 +62,7 @@ def _stage(line: str) -> str | None:
     return None
 
 
-def ensure(drafter: str, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ,
+def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ,
            live: bool | None = None, target_program: bool = True) -> dict[str, str]:
     """Export what is missing (see ``missing``), in parallel; {label: "built in N s" | the error
     line}. ``live`` (default: stderr is a terminal): one status line rewritten every second;

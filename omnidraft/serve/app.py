@@ -76,7 +76,8 @@ def create_app(runner: Runner, served: Served):
     async def health(_request: Request):
         s = runner.session
         if s is None:
-            state = {"status": "error", "message": runner.failed} if runner.failed else {"status": "loading"}
+            state = ({"status": "error", "message": runner.failed} if runner.failed else
+                     {"status": "loading", **({"stage": runner.stage} if runner.stage else {})})
             return JSONResponse(state, status_code=503)
         return JSONResponse({"status": "ok", "model": served.model, "slots": s.slots, "adapter": s.version,
                              "waiting": runner.waiting, "running": runner.running})

@@ -2,12 +2,16 @@
 speculative decoding (``spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
 ``..._num_accepted_tokens_total``) with the ``omnidraft:`` prefix, plus what only OmniDraft has:
 copies from the context, recalls from the memory of earlier answers, the adapter version drafting
-now, the conversation slots, the memory's size.
+now, the conversation slots, the memory's size, the target's runtime and exactness, and where the
+process's resident memory is (measure/resident.py).
 
 Knows the Runner's counters; nothing about HTTP.
 """
 
 from __future__ import annotations
+
+from omnidraft.measure.resident import resident
+from omnidraft.pairs.build import exactness
 
 
 COUNTERS = [  # (name, help, the Counters field)
@@ -47,10 +51,18 @@ def prometheus(runner, model: str) -> str:
     metric("num_requests_waiting", "gauge", "Requests waiting for their turn.", [(f"{{{m}}}", runner.waiting)])
     if session is not None:
         metric("slots", "gauge", "Conversation slots (caches kept between requests).", [(f"{{{m}}}", session.slots)])
+        metric("target_runtime_info", "gauge", "The runtime the latest generation's target ran on, and how exactly "
+               "its output is the target alone's (bit-exact, or exact with respect to the logits its calls compute).",
+               [(f'{{{m},runtime="{session.target_runtime}",exactness="{exactness(session.target)}"}}', 1)])
         version = session.version or "none"
         metric("adapter_info", "gauge", "The drafter's adapter version drafting now.",
                [(f'{{{m},version="{version}"}}', 1)])
         if session.memories is not None:
             metric("memory_index_bytes", "gauge", "RAM the memory's loaded indexes hold.",
                    [(f"{{{m}}}", session.memories.rss_bytes)])
+    held = resident()
+    if held:
+        metric("resident_bytes", "gauge", "The server's resident memory by what holds it: each model file mapped in "
+               "place, anonymous memory (packed weights, KV caches, tensors), other files; total and peak (VmHWM).",
+               [(f'{{{m},part="{part}"}}', n) for part, n in sorted(held.items())])
     return "\n".join(lines) + "\n"

@@ -19,7 +19,10 @@ from omnidraft.decode.generate import Piece, Result
 
 
 def speculative(m: dict) -> dict:
-    """The speculative figures of one generation's metrics (decode/metrics.py summary)."""
+    """The speculative figures of one generation's metrics (decode/metrics.py summary): ``lossless``
+    only where the output is bit for bit the target alone's (an exact verification mode on a
+    bit-exact runtime); ``exactness`` "logits" (eager PyTorch, llama.cpp): exact with respect to the
+    logits its calls compute (pairs/build.py ``exactness``)."""
     kinds = m.get("rounds_by_kind", {})
     drafted, copied, recalled = kinds.get("drafter", {}), kinds.get("lookup", {}), kinds.get("memory", {})
     forwards = m.get("target_forwards") or 0
@@ -29,7 +32,8 @@ def speculative(m: dict) -> dict:
             "target_forwards": forwards,
             "tokens_per_target_forward": round(m["new_tokens"] / forwards, 3) if forwards else None,
             "tokens_per_s": m.get("tokens_per_s"), "adapter": m.get("adapter"),
-            "target_runtime": m.get("target_runtime"), "lossless": bool(m.get("lossless", True)),
+            "target_runtime": m.get("target_runtime"), "exactness": m.get("exactness"),
+            "lossless": bool(m.get("lossless", True)) and m.get("exactness") == "bit-exact",
             "strategy": m.get("strategy"), "slot": m.get("slot")}
 
 

@@ -71,13 +71,17 @@ class Counters:
 
 
 class Runner:
-    """``load()`` builds the Session (in a thread, at ``start``); at most ``queue`` requests wait
-    behind the one generating."""
+    """``load()`` builds the Session (in a thread, at ``start``) after ``prepare(say)`` (a first
+    start's pairing: each line it says is the ``stage`` /health shows, and goes to ``note``); at
+    most ``queue`` requests wait behind the one generating."""
 
-    def __init__(self, load: Callable[[], object], queue: int):
-        self.load, self.queue = load, queue
+    def __init__(self, load: Callable[[], object], queue: int,
+                 prepare: Callable[[Callable[..., None]], object] | None = None,
+                 note: Callable[[str], None] = lambda line: None):
+        self.load, self.queue, self.prepare, self.note = load, queue, prepare, note
         self.session = None
         self.failed: str | None = None  # why the Session could not load
+        self.stage: str | None = None  # what the load is doing, where it says (a first start's pairing)
         self.waiting = 0
         self.running = 0
         self.counters = Counters()
@@ -88,8 +92,20 @@ class Runner:
         self._turn = asyncio.Lock()  # FIFO: requests generate in the order they arrived
         threading.Thread(target=self._load, name="omnidraft-load", daemon=True).start()
 
+    def say(self, *parts, end: str = "\n") -> None:
+        """A progress line of the load (``end`` "": a status line rewritten in place: the stage,
+        not logged)."""
+        line = " ".join(str(p) for p in parts).strip()
+        if line:
+            self.stage = line
+            if end:
+                self.note(line)
+
     def _load(self) -> None:
         try:
+            if self.prepare is not None:
+                self.prepare(self.say)
+                self.stage = "loading the pair"
             self.session = self.load()
         except OmniDraftError as err:
             self.failed = str(err)

@@ -1,8 +1,9 @@
 """`omnidraft serve`: the pair behind an OpenAI-compatible HTTP server, and the fine-tuning daemon
 beside it.
 
-The port opens at once (``/health`` says 503 while the Session loads: programs, adapter, cost
-model, one cache per slot); a Session that cannot load ends the server with its one-line error.
+The port opens at once (``/health`` says 503 while the Session loads: a first start's pairing,
+programs, adapter, cost model, one cache per slot; its ``stage`` says which); a Session that
+cannot load ends the server with its one-line error.
 Unless ``adapt`` is off, the daemon (train/daemon.py: its own low-priority process, training only
 once enough new verifications are logged, and only while no generation runs) runs beside it and
 ends with the server, even a killed one (a daemon the user started stays theirs); the adapter it
@@ -79,16 +80,18 @@ class ServeConfig:
                                  "pass --api-key or set OMNIDRAFT_API_KEY")
 
 
-def serve(cfg: ServeConfig, model: str, make_session) -> int:
+def serve(cfg: ServeConfig, model: str, make_session, prepare=None) -> int:
     """Serve until interrupted: ``make_session()`` builds the Session (in the background), its
-    model listed as ``model``. Returns 0; a Session that cannot load is its OmniDraftError."""
+    model listed as ``model``, after ``prepare(say)`` (a first start's pairing, jobs/first_start.py:
+    each line it says is logged and is /health's ``stage`` meanwhile). Returns 0; a Session that
+    cannot load is its OmniDraftError."""
     import uvicorn
 
     from omnidraft.serve.app import Served, create_app
     from omnidraft.serve.runner import Runner
     from omnidraft.train import daemon
 
-    runner = Runner(make_session, cfg.queue)
+    runner = Runner(make_session, cfg.queue, prepare, _note)
     app = create_app(runner, Served(model, cfg.api_keys, cfg.max_body, cfg.sampling, cfg.shared_memory))
     server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                                            timeout_graceful_shutdown=5))

@@ -22,16 +22,17 @@ def free_port() -> int:
 
 @contextmanager
 def serving(make_session, *, model: str = "tiny", key: str | tuple[str, ...] | None = KEY, queue: int = 8,
-            max_body: int = 1 << 20, sampling=None, ready: bool = True, start_s: float = 120):
-    """(base URL, runner) of the app serving ``make_session()``, until the block ends; ``ready``:
-    once the Session has loaded (else as soon as the port is open), within ``start_s`` seconds."""
+            max_body: int = 1 << 20, sampling=None, ready: bool = True, start_s: float = 120, prepare=None):
+    """(base URL, runner) of the app serving ``make_session()`` (after ``prepare(say)``), until
+    the block ends; ``ready``: once the Session has loaded (else as soon as the port is open),
+    within ``start_s`` seconds."""
     import uvicorn
 
     from omnidraft.sampling import SamplingConfig
     from omnidraft.serve.app import Served, create_app
     from omnidraft.serve.runner import Runner
 
-    runner = Runner(make_session, queue)
+    runner = Runner(make_session, queue, prepare)
     keys = () if key is None else (key,) if isinstance(key, str) else tuple(key)
     app = create_app(runner, Served(model, keys, max_body, sampling or SamplingConfig()))
     port = free_port()

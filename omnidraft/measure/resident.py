@@ -1,0 +1,48 @@
+"""Where a process's memory is, read from /proc (Linux; elsewhere nothing): its resident bytes
+grouped by what holds them. Each model file mapped in place is a part of its own (a program's
+``.pte`` and ``.ptd``, a GGUF, safetensors: pages read from the file, shared with the page cache);
+``anonymous`` is everything allocated (the packed weights XNNPACK makes when a program loads, KV
+caches, PyTorch tensors, Python's objects); ``other files`` the libraries. ``total`` and ``peak``
+are VmRSS and VmHWM.
+
+Knows /proc's formats; nothing about which part of OmniDraft allocated what.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODEL_FILES = (".pte", ".ptd", ".gguf", ".safetensors", ".bin")
+
+
+def _group(path: str) -> str:
+    if path.endswith(MODEL_FILES):
+        p = Path(path)
+        return f"{p.parent.name}/{p.name}"
+    if not path or path.startswith("["):  # [heap], [stack], [anon:...], unnamed mappings
+        return "anonymous"
+    return "other files"
+
+
+def resident(pid: int | str = "self") -> dict[str, int]:
+    """{part: resident bytes} of process ``pid``, with ``total`` and ``peak``; {} where /proc
+    cannot be read (not Linux, a process gone)."""
+    parts: dict[str, int] = {}
+    try:
+        group = "anonymous"
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head, _, rest = line.partition(" ")
+                if "-" in head and not head.endswith(":"):  # a mapping: address perms offset dev inode [path]
+                    fields = rest.split(maxsplit=4)
+                    group = _group(fields[4].strip() if len(fields) > 4 else "")
+                elif head == "Rss:":
+                    parts[group] = parts.get(group, 0) + int(rest.split()[0]) * 1024
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except (OSError, ValueError, IndexError):
+        return {}
+    for line in status:
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            parts["total" if key == "VmRSS" else "peak"] = int(value.split()[0]) * 1024
+    return parts
