@@ -1,4 +1,4 @@
-"""XNNPACK's runtime options, set once before programs load: its weight cache, which keeps one
+"""XNNPACK's runtime options, set before a program loads: its weight cache, which keeps one
 packed copy of each weight for every method (and every program loaded with the same weights)
 where each method's delegate would otherwise pack the whole model again at load (a target
 program's ``forward`` and ``decode`` methods: two packed copies).
@@ -15,6 +15,7 @@ nothing is claimed. Knows that layout and the option keys; nothing about program
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 BACKEND = b"XnnpackBackend"
@@ -31,8 +32,9 @@ class _Span(ctypes.Structure):
     _fields_ = [("data", ctypes.POINTER(_Option)), ("length", ctypes.c_size_t)]
 
 
+@functools.cache
 def _library():
-    """libexecutorch.so as the bindings loaded it (one backend registry), or None."""
+    """libexecutorch.so as the bindings loaded it (one backend registry), or None; looked up once."""
     try:
         import executorch.runtime  # loads the library and registers the backends
     except ImportError:
@@ -85,7 +87,6 @@ def set_options(**options: bool | int | str) -> bool:
         if getter(BACKEND, _Span(back, 1)) != 0 or _value(back[0], type(value)) != value:
             return False
     return True
-
 
 
 def weight_cache(on: bool) -> bool:
