@@ -6,6 +6,7 @@ User errors (OmniDraftError) print as one line on stderr with exit code 2; Ctrl-
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from omnidraft.cli_args import build_parser
@@ -84,8 +85,13 @@ def _cmd_daemon(args) -> int:
     from omnidraft.train import daemon
 
     if args.action == "run":
-        return daemon.serve(args.poll, args.once, cfg=daemon.load_config(args.config), throttle_s=args.throttle,
+        code = daemon.serve(args.poll, args.once, cfg=daemon.load_config(args.config), throttle_s=args.throttle,
                             parent=args.parent)
+        # its state is written and its log closed: skip the interpreter's teardown of torch (seconds
+        # of CPU on a busy 2-core device, after a SIGTERM that asked it to end at once)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if args.action == "start":
         print(f"daemon running, pid {daemon.start(args.poll, args.throttle, args.config)}")
     elif args.action == "stop":

@@ -39,6 +39,24 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     phases = list(opts.phases) or (list(suite.phases) if suite.phases and not opts.rows else [opts.rows])
     parts: list[Part] = []
     extra: dict = {"missing": {}, "states": {}, "concurrent": {}}
+    try:
+        _phases(suite, opts, phases, prompts, parts, extra, log)
+    except BaseException as err:  # a later phase failed (a server died) or was interrupted: the finished kept
+        if parts:
+            extra["incomplete"] = f"phase {len({p.phase for p in parts}) + 1} of {len(phases)} did not finish: " \
+                                  f"{type(err).__name__}: {err}"
+            result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
+            report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result),
+                         keep=keep)
+            log(f"the finished phases are written; {extra['incomplete']}")
+        raise
+    result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
+    report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
+    return result
+
+
+def _phases(suite: Suite, opts: Options, phases: list, prompts: list[Prompt], parts: list, extra: dict, log) -> None:
+    """Each phase built, run and closed in turn, its parts appended to ``parts`` as they finish."""
     with generating():  # the fine-tuning daemon trains nothing under the clock (generating.py)
         for n, keys in enumerate(phases, 1):
             built, rows = suite.build(replace(opts, rows=keys, phases=()), log), {}  # key -> Row (or Missing)
@@ -64,9 +82,6 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
                 extra["states"].update({r.name: r.state for r in built.values() if getattr(r, "state", None)})
                 del built, rows  # this phase's models freed before the next phase loads its own
                 _release()
-    result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
-    report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
-    return result
 
 
 def _release() -> None:
@@ -187,6 +202,8 @@ def _markdown(result: dict) -> list[str]:
              f"95% bootstrap interval); greedy output equal to {ref or 'none'}'s counted where a row reports its "
              "ids (llama.cpp's rows do not) and, for the product, where its generation ran on the same runtime; "
              "target forwards where a row counts them (other engines' drafting rows do not).", ""]
+    if result.get("incomplete"):
+        lines += [f"**Incomplete**: {result['incomplete']}; the phases before it are as measured.", ""]
     if parts:
         lines += [f"{len({p['phase'] for p in parts})} phase(s), each built, run and closed in turn, greedy"
                   + (" then sampled" if any(p["mode"] == "sampled" for p in parts) else "") + "; each row's ratio is "

@@ -25,6 +25,8 @@ from omnidraft.fsio import atomic_write_json
 from omnidraft.generating import idle
 from omnidraft.home import subdir
 
+RECHECK_S = 300.0
+
 
 def _dir() -> Path:
     return subdir("daemon")
@@ -100,9 +102,13 @@ class _Guest:
             time.sleep(0.1)
 
     def sleep(self, seconds: float) -> None:
-        for _ in range(max(1, int(seconds * 10))):
+        """Idle between polls with as few wakeups as it can (each one costs a phone's CPU a
+        scheduler tick): SIGTERM interrupts the sleep itself; a parent is looked at once a second."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
             self._check_stop()
-            time.sleep(0.1)
+            time.sleep(min(left, 1.0) if self.parent is not None else left)
+        self._check_stop()
 
     @contextmanager
     def publishing(self) -> Iterator[None]:
@@ -131,14 +137,20 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
         os.nice(nice)
     guest = _Guest(parent, throttle_s)
     log, store = VerificationLog(log_path()), adapter_store()
+    pairs, settled, settled_at = subdir("pairs"), None, 0.0
     _write_status(state="idle")
     try:
         while True:
             ran = False
-            for spec in list_specs():
-                guest.wait()
+            # nothing appended and no pair added since a poll that found nothing due: nothing is due
+            # now either (looked at anyway every RECHECK_S); a phone's idle poll is three stats
+            stamp = (log.stamp(), pairs.stat().st_mtime_ns)
+            looked = stamp != settled or time.monotonic() - settled_at > RECHECK_S
+            specs = list_specs() if looked else []
+            for spec in specs:
                 if not due(spec, log, store, cfg):
                     continue
+                guest.wait()
                 _write_status(state="training", pair=spec.name)
                 result = run_round(spec, log, store, load_model(spec.drafter, dtype="fp32").model, cfg,
                                    wait_if_paused=guest.wait, publishing=guest.publishing,
@@ -151,6 +163,8 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
             if once and not ran:
                 break
             if not ran:
+                if looked:
+                    settled, settled_at = stamp, time.monotonic()
                 guest.sleep(poll_s)
     except _Stop:
         pass

@@ -133,6 +133,33 @@ def test_a_suite_in_phases_runs_each_beside_its_reference_then_sampled_on_the_ro
     assert "| phase |" in md and "Not run here: vllm: no vLLM here" in md
 
 
+def test_a_phase_that_fails_keeps_the_phases_before_it_written(tmp_path, monkeypatch, models):
+    """A later phase dying (a server's segfault 40 minutes in) raises, and the result file holds the
+    finished phase's rows with why the rest is missing."""
+    import json
+    from dataclasses import replace
+
+    from omnidraft.bench import baselines
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path / "home"))
+
+    def dies(self, *a, **kw):
+        raise RuntimeError("the server died")
+
+    monkeypatch.setattr(baselines.TransformersRow, "run", dies)
+    drafter, target = models
+    phased = replace(suite("pair"), phases=(("product", "target"), ("target", "transformers")))
+    with pytest.raises(RuntimeError, match="the server died"):
+        run_suite(phased, Options(drafter, target, {"code": 2}, max_new_tokens=6, dtype="fp32"),
+                  out=tmp_path / "results", keep=False)
+    written = json.loads(sorted((tmp_path / "results").glob("bench-pair-*.json"))[-1].read_text())
+    assert list(written["rows"]) == ["omnidraft pair", "target alone (eager)"]
+    assert written["rows"]["omnidraft pair"]["equal"] == 2
+    assert written["incomplete"].startswith("phase 2 of 2 did not finish: RuntimeError: the server died")
+    md = sorted((tmp_path / "results").glob("bench-pair-*.md"))[-1].read_text()
+    assert "**Incomplete**: phase 2 of 2" in md
+
+
 def test_the_memory_suite_recalls_a_streams_answers_on_held_out_work_and_leaves_the_pairs_memory_alone(
         tmp_path, monkeypatch, models):
     """The remembered row answers a stream of recurring work into a scratch memory, then recalls

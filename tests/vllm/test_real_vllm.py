@@ -184,14 +184,18 @@ def test_the_vllm_suites_rows_are_vllms_own_output_and_count_what_vllm_verified(
     from omnidraft.bench.rows import Prompt
     from omnidraft.bench.vllm_rows import VllmRow
 
-    server, _ = with_proposer
+    server, folder = with_proposer
     prompt = Prompt("code", "a = [1, 2, 3]\nb = [1, 2, 3]\na = [1, 2, 3]\nb = [1, 2, 3]\na = [1, 2,", False, seed=7)
     ids = qwen_tok(prompt.text, add_special_tokens=False).input_ids
     alone, proposed = VllmRow("vllm", engine, qwen_tok), VllmRow("vllm + omnidraft proposer", server, qwen_tok)
     a, p = alone.run(prompt, 32), proposed.run(prompt, 32)
     assert a.ids == p.ids == _vllm_greedy(engine, ids, 32) and a.tokens == len(a.ids)
     assert a.figures["drafted"] == 0 and a.figures["forwards"] == a.tokens
-    assert 0 < p.figures["accepted"] <= p.figures["drafted"] and sum(p.figures["by_position"]) == p.figures["accepted"]
+    # what vLLM verified, counted (how much of it it kept is the cost model's affair: after the earlier tests'
+    # requests it may have learnt that this random target rarely keeps a copy)
+    why = json.loads((folder / "stats.json").read_text())
+    assert 0 <= p.figures["accepted"] <= p.figures["drafted"] and p.figures["drafted"] > 0, (p.figures, why)
+    assert sum(p.figures["by_position"]) == p.figures["accepted"]
     assert p.figures["forwards"] == p.tokens - p.figures["accepted"]
     assert alone.run(replace(prompt, sampling=(0.8, 1.0)), 16).ids == _vllm_sampled(engine, ids, 16, seed=7)
 
