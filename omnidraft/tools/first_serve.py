@@ -131,13 +131,15 @@ def _llama_server(target: str, texts: list[str], max_tokens: int, threads: int) 
 def check(drafter: str, target: str, home: Path, max_tokens: int, timed: int, threads: int) -> dict:
     from omnidraft.bench.prompts import prompt_sets
     from omnidraft.device.cpu import cpu_info
+    from omnidraft.measure.stamp import git_state
 
     if home.exists() and any(home.iterdir()):
         raise SystemExit(f"{home} is not empty: the check starts from a fresh home")
     home.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMNIDRAFT_HOME": str(home), "OMP_NUM_THREADS": str(threads)}
     texts = [p.text for p in prompt_sets({"code": 4, "chat": 4 + timed})]
-    out: dict = {"drafter": drafter, "target": target, "home": str(home), "cpu": cpu_info(), "max_tokens": max_tokens}
+    out: dict = {"drafter": drafter, "target": target, "home": str(home), "cpu": cpu_info(), "code": git_state(),
+                 "max_tokens": max_tokens}
     t = time.monotonic()
     subprocess.run(_cli("models", "fetch", drafter, target), env=env, check=True, capture_output=True)
     out["fetch_s"] = round(time.monotonic() - t, 1)
