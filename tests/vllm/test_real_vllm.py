@@ -193,7 +193,8 @@ def test_the_vllm_suites_rows_are_vllms_own_output_and_count_what_vllm_verified(
     assert a.figures["drafted"] == 0 and a.figures["forwards"] == a.tokens
     # what vLLM verified, counted (how much of it it kept is the cost model's affair: after the earlier tests'
     # requests it may have learnt that this random target rarely keeps a copy)
-    why = json.loads((folder / "stats.json").read_text())
+    stats = folder / "stats.json"
+    why = json.loads(stats.read_text()) if stats.is_file() else None  # the proposer's report, for a failure's message
     assert 0 <= p.figures["accepted"] <= p.figures["drafted"] and p.figures["drafted"] > 0, (p.figures, why)
     assert sum(p.figures["by_position"]) == p.figures["accepted"]
     assert p.figures["forwards"] == p.tokens - p.figures["accepted"]
