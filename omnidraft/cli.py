@@ -348,7 +348,8 @@ def _cmd_generate(args) -> int:
     m = result.metrics
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "lossless": result.lossless,
-                          "exactness": m.get("exactness"), "verify": m.get("verify"), "adapter": m.get("adapter"), "engine": m.get("engine"),
+                          "exactness": m.get("exactness"), "verify": m.get("verify"), "adapter": m.get("adapter"),
+                          "engine": m.get("engine"),
                           "logged": session.log is not None and not session.alone, "metrics": m}))
     else:
         print("\n\n" + format_metrics(m, paired=not session.alone), file=sys.stderr)

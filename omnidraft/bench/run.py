@@ -39,20 +39,22 @@ def run_suite(suite: Suite, opts: Options, *, out: str | Path = "bench/results",
     phases = list(opts.phases) or (list(suite.phases) if suite.phases and not opts.rows else [opts.rows])
     parts: list[Part] = []
     extra: dict = {"missing": {}, "states": {}, "concurrent": {}}
+
+    def written() -> dict:
+        result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
+        report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
+        return result
+
     try:
         _phases(suite, opts, phases, prompts, parts, extra, log)
     except BaseException as err:  # a later phase failed (a server died) or was interrupted: the finished kept
         if parts:
             extra["incomplete"] = f"phase {len({p.phase for p in parts}) + 1} of {len(phases)} did not finish: " \
                                   f"{type(err).__name__}: {err}"
-            result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
-            report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result),
-                         keep=keep)
+            written()
             log(f"the finished phases are written; {extra['incomplete']}")
         raise
-    result = {**stamped, **_merged(parts), **{k: v for k, v in extra.items() if v}}
-    report.write(out, f"bench-{suite.name}", f"omnidraft bench {suite.name}", result, _markdown(result), keep=keep)
-    return result
+    return written()
 
 
 def _phases(suite: Suite, opts: Options, phases: list, prompts: list[Prompt], parts: list, extra: dict, log) -> None:

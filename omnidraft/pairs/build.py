@@ -46,15 +46,13 @@ def exactness(target) -> str:
     target alone's token for token however a prompt was split across calls (a cached preamble, a
     slot's prefix); "logits" elsewhere (eager PyTorch, llama.cpp, a server): exact with respect to
     the logits its calls compute, which are not batch-invariant."""
-    from omnidraft.device.runtime import ExecuTorchLM
-
     from omnidraft.models.slots import inner
 
     lm = getattr(target, "model", None)
     if lm is None:
         return "logits"
-    lm = inner(lm)
-    return "bit-exact" if isinstance(lm, ExecuTorchLM) or getattr(lm, "batch_invariant", False) else "logits"
+    invariant = runtime_kind(lm) == "executorch" or getattr(inner(lm), "batch_invariant", False)
+    return "bit-exact" if invariant else "logits"
 
 
 def _check_runtime(runtime: str, known: tuple[str, ...] = RUNTIMES) -> None:

@@ -33,14 +33,6 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "omnidraft.cli", *args]
 
 
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Served:
     """One `omnidraft serve` process and an openai client to it; ``stages``: (seconds since start,
     /health's stage) as they changed."""
@@ -48,7 +40,9 @@ class Served:
     def __init__(self, drafter: str, target: str, key: str, env: dict, log: Path):
         import openai
 
-        self.port, self.t0, self.stages = _port(), time.monotonic(), []
+        from omnidraft.vllm.launch import free_port
+
+        self.port, self.t0, self.stages = free_port(), time.monotonic(), []
         self.log = open(log, "ab")
         self.proc = subprocess.Popen(_cli("serve", "--drafter", drafter, "--target", target, "--api-key", key,
                                           "--port", str(self.port)), env=env, stdout=self.log, stderr=self.log)
