@@ -150,6 +150,11 @@ class ExecuTorchLM:
             raise OmniDraftError(
                 f"{self.name}: {self.length + k} tokens exceed the program's cache of {self.max_length}",
                 "shorten the prompt or generation, or re-export with a larger --max-seq")
+        rows = self.info.max_rows or self.max_length
+        if every and not last_only and k > rows:  # more positions' logits than a call returns: in pieces
+            parts = [self.extend(ids[i:i + rows], hidden=hidden) for i in range(0, k, rows)]
+            cat = lambda name: None if getattr(parts[0], name) is None else torch.cat([getattr(p, name) for p in parts])
+            return Forward(logits=cat("logits"), hidden=cat("hidden"), accept=parts[-1].accept)
         inputs = [torch.tensor([ids], dtype=torch.long),  # [1, k]
                   torch.tensor([self.length], dtype=torch.long)]  # [1]
         if every:  # [R]: the positions whose logits the program computes

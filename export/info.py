@@ -13,8 +13,10 @@ from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
 
-FORMAT = 3  # 3: a target program takes the positions whose logits to return and is batch-invariant
-DRAFTER_FORMATS = (2, 3)  # drafter programs did not change from format 2
+FORMAT = 4  # 3: a target program takes the positions whose logits to return and is batch-invariant;
+# 4: it returns at most max_rows of them a call, and every program's token embedding is int8
+TARGET_FORMATS = (3, 4)  # what loads (format 3: max_rows is max_seq); an older one is rebuilt by `omnidraft pair`
+DRAFTER_FORMATS = (2, 3, 4)  # drafter programs did not change from format 2 but for the int8 embedding
 
 
 @dataclass
@@ -34,6 +36,7 @@ class ProgramInfo:
     versions: dict = field(default_factory=dict)
     eos_ids: list[int] = field(default_factory=list)  # the model's generation_config EOS ids
     decode_window: int = 0  # > 0: a target's one-token method "decode" reads the first this many slots
+    max_rows: int = 0  # a target's most positions' logits a call (0: max_seq, as before format 4)
 
     @property
     def role(self) -> str:
@@ -49,7 +52,12 @@ class ProgramInfo:
         except (OSError, ValueError) as err:
             raise OmniDraftError(f"cannot read {path}: {err}", "re-run `omnidraft export`") from err
         role = data.get("config", {}).get("role", "drafter")
-        if data.get("format") not in ((FORMAT,) if role == "target" else DRAFTER_FORMATS):
+        if data.get("format") not in (TARGET_FORMATS if role == "target" else DRAFTER_FORMATS):
             raise OmniDraftError(f"{path} ({role} program) has format {data.get('format')}, expected {FORMAT}",
                                  "re-run `omnidraft export`")
         return cls(**data)
+
+    @property
+    def current(self) -> bool:
+        """Made by this version's export (else `omnidraft pair` builds it again)."""
+        return self.format == FORMAT

@@ -26,6 +26,7 @@ import torch
 from omnidraft.errors import OmniDraftError
 
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
+from .embedding8 import embeddings_at_8_bits
 from .gguf_q4 import Blocks, attach, four_bit_linears, gguf_file, load_codes
 from .info import ProgramInfo
 from .layout import QUANTS
@@ -43,6 +44,7 @@ SCHEME_MODIFIERS = {"pc": ("group_size", 0), "hqq": ("weight_qparams", "hqq"), "
                     "gguf": ("gguf_weights", True),
                     **{f"g{g}": ("group_size", g) for g in GROUP_SIZES if g}}
 ROLES = ("drafter", "target")
+ROWS = 64  # positions' logits a target program's call returns at most (max_rows); wider calls go in pieces
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -128,9 +130,11 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
     by ``qparams``, int8 ones on Linears whose name ends with one of ``eight_bit``; LoRA and head
     Linears stay fp32 (they live in the .ptd), as do modules whose name ends with one of ``skip``.
     With ``exact`` (gguf_q4.four_bit_linears): those Linears run their GGUF codes and scales
-    (``BlockLinear``) and every other base Linear is int8."""
+    (``BlockLinear``) and every other base Linear is int8. The token embedding is int8 per row
+    (embedding8.py) in every scheme but fp32."""
     if quant == "fp32":
         return
+    embeddings_at_8_bits(lm)  # a tied LM head keeps its own reference to the fp32 weight until quantised
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quantize_.workflows.intx.intx_choose_qparams_algorithm import (
@@ -268,6 +272,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
         ptd_keys=ptd_keys, decode_window=window if "decode" in names else 0,
+        max_rows=max_rows(cfg.max_seq) if program.all_logits else 0,
         export_seconds=round(time.perf_counter() - t0, 1),
         pte_bytes=len(et.buffer), versions=_versions(), eos_ids=_eos_ids(program.lm))
     info.save(out_dir / "program.json")
@@ -288,6 +293,13 @@ def _shortcuts() -> Iterator[None]:
         yield
 
 
+def max_rows(max_seq: int) -> int:
+    """The most positions' logits one call of a target program returns (ExecuTorch plans memory
+    for a dynamic shape's bound: the logits buffer is rows x vocab fp32, 622 MB at 1,024 rows of
+    151,936 in every loaded copy, 39 MB at ROWS)."""
+    return min(ROWS, max_seq)
+
+
 def decode_window(cfg: ExportConfig) -> int:
     """The slots a program's one-token method reads (0: no such method)."""
     return cfg.decode_window if 0 < cfg.decode_window < cfg.max_seq else 0
@@ -305,7 +317,7 @@ def _export_method(program: DraftProgram, cfg: ExportConfig, window: int | None,
     args, dims = (ids, pos), ({1: torch.export.Dim("T", min=1, max=cfg.max_seq)}, None)
     if program.all_logits:  # rows [R]: which of the T positions' logits to return
         args = (*args, torch.tensor([0]) if window else torch.tensor([2, 3]))
-        dims = (*dims, {0: torch.export.Dim("R", min=1, max=cfg.max_seq)})
+        dims = (*dims, {0: torch.export.Dim("R", min=1, max=max_rows(cfg.max_seq))})
     what = f"its one-token method (first {window} slots)" if window else f"max_seq {cfg.max_seq}"
     log(f"export: torch.export (strict) of {cfg.drafter} [{cfg.quant}], {what}")
     try:

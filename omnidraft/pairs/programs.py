@@ -2,8 +2,8 @@
 
 Missing programs are exported by `omnidraft export` in child processes, side by side (export is
 mostly single-threaded Python: on two cores two exports take about as long as one), while one
-status line shows each export's stage and time. A program that already exists is reused; an
-export that fails is reported in one line and the pair runs that model on eager PyTorch (runtime
+status line shows each export's stage and time. A program that already exists is reused (one an
+earlier version's export made is built again: export/info.py FORMAT); an export that fails is reported in one line and the pair runs that model on eager PyTorch (runtime
 ``auto``). Knows the program folders and the export command's stage lines; nothing about
 lowering itself (export/lower.py).
 """
@@ -43,12 +43,25 @@ def missing(drafter: str | None, target: str, max_seq: int = MAX_SEQ, *,
     (``drafter`` None: the target alone; ``target_program`` False: the target runs elsewhere,
     its GGUF on llama.cpp, say)."""
     out = []
-    if drafter is not None and not (program_dir(drafter, DRAFTER_QUANT, max_seq) / "program.pte").is_file():
+    if drafter is not None and not _current(program_dir(drafter, DRAFTER_QUANT, max_seq)):
         out.append((f"{drafter} (drafter)", ["--drafter", drafter, "--quant", DRAFTER_QUANT]))
-    if target_program and not is_remote(target) and not (program_dir(target, TARGET_QUANT, max_seq, role="target")
-                                                         / "program.pte").is_file():
+    if target_program and not is_remote(target) and not _current(program_dir(target, TARGET_QUANT, max_seq,
+                                                                             role="target")):
         out.append((f"{target} (target)", ["--target", target, "--quant", TARGET_QUANT]))
     return [(label, [*args, "--max-seq", str(max_seq)]) for label, args in out]
+
+
+def _current(folder) -> bool:
+    """A program is in ``folder``, made by this version's export."""
+    from omnidraft.errors import OmniDraftError
+    from omnidraft.export.info import ProgramInfo
+
+    if not (folder / "program.pte").is_file():
+        return False
+    try:
+        return ProgramInfo.load(folder / "program.json").current
+    except OmniDraftError:
+        return False
 
 
 def _stage(line: str) -> str | None:

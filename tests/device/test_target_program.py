@@ -105,6 +105,26 @@ def test_the_one_token_method_reads_the_window_and_agrees_with_forward_across_it
     assert torch.equal(wide, alone), float((wide - alone).abs().max())
 
 
+def test_a_call_for_more_positions_than_the_program_returns_goes_in_pieces_with_the_same_rows(quantised_target):
+    """A target program returns at most max_rows positions' logits a call (its planned logits
+    buffer is max_rows x V, not max_seq x V); a wider extend is split, and being batch-invariant,
+    its rows are the ones a call per piece of any size gives."""
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, out, info = quantised_target
+    assert info.max_rows == 64 and info.current
+    lm = ExecuTorchLM(out)
+    ids = [int(x) for x in torch.randint(0, 150000, (100,), generator=torch.Generator().manual_seed(4))]
+    lm.prefill(ids[:10])
+    widths = []
+    lm.method = _Recorded(lm.method, widths)
+    wide = lm.extend(ids[10:100])  # 90 positions
+    assert widths == [64, 26] and wide.logits.shape == (90, info.vocab_size) and lm.length == 100
+    lm.truncate(10)
+    pieces = torch.cat([lm.extend(ids[i:i + 30]).logits for i in range(10, 100, 30)])
+    assert torch.equal(wide.logits, pieces)
+
+
 class _Recorded:
     """A program method that appends each call's width (tokens fed) to ``widths``."""
 

@@ -1,13 +1,15 @@
 """Building a pair's programs (pairs/programs.py): only what is missing, and an export that
 fails is one line and the eager runtime, not a crash."""
 
+from omnidraft.export.info import FORMAT, ProgramInfo
 from omnidraft.export.layout import program_dir
 from omnidraft.pairs import programs
 
 
-def _fake_program(path):
-    path.mkdir(parents=True)
+def _fake_program(path, fmt: int = FORMAT):
+    path.mkdir(parents=True, exist_ok=True)
     (path / "program.pte").write_bytes(b"")
+    ProgramInfo("0", {"role": "drafter"}, 10, 4, 16, {}, {}, format=fmt).save(path / "program.json")
 
 
 def test_only_missing_programs_are_built(tmp_path, monkeypatch):
@@ -20,6 +22,18 @@ def test_only_missing_programs_are_built(tmp_path, monkeypatch):
         ["qwen2.5-coder-0.5b (target)"]
     assert programs.missing("smollm2-135m", "http://127.0.0.1:9/") == []  # a remote target is not ours to build
     assert programs.ensure("smollm2-135m", "http://127.0.0.1:9/", say=print) == {}
+
+
+def test_a_program_an_earlier_export_made_is_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    folder = program_dir("smollm2-135m", programs.DRAFTER_QUANT, programs.MAX_SEQ)
+    _fake_program(folder, fmt=3)  # loads (fp32 embedding), but this version exports it smaller
+    assert ProgramInfo.load(folder / "program.json").format == 3
+    assert [label for label, _ in programs.missing("smollm2-135m", "http://127.0.0.1:9/")] == ["smollm2-135m (drafter)"]
+    (folder / "program.json").write_text("{")  # unreadable: built again too
+    assert len(programs.missing("smollm2-135m", "http://127.0.0.1:9/")) == 1
+    _fake_program(folder)
+    assert programs.missing("smollm2-135m", "http://127.0.0.1:9/") == []
 
 
 def test_a_failed_export_is_one_line_and_the_eager_runtime(tmp_path, monkeypatch):
