@@ -256,7 +256,7 @@ def _cmd_serve(args) -> int:
                       shared_memory=args.shared_memory)
     drafter = None if args.drafter == "none" else args.drafter
     runtime = Runtime(drafter=args.drafter_runtime, target=args.target_runtime, dtype=args.dtype, threads=args.threads,
-                      memory_mib=args.memory_mib)
+                      memory_mib=args.memory_mib, max_memory_mib=_mib(args.max_memory))
     return serve(cfg, model_id(args.target), lambda: Session(
         drafter, args.target, sampling=cfg.sampling, lookup=not args.no_lookup, memory=not args.no_memory,
         log=not args.no_log, adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots),
@@ -311,7 +311,15 @@ def _runtime(args):
 
     return Runtime(drafter=args.drafter_runtime, target=args.target_runtime, quant=args.quant, max_seq=args.max_seq,
                    specvocab_k=args.specvocab_k, dtype=args.dtype, threads=args.threads,
-                   ngram_policy=args.cache_policy, ngram_mib=args.cache_mib, memory_mib=args.memory_mib)
+                   ngram_policy=args.cache_policy, ngram_mib=args.cache_mib, memory_mib=args.memory_mib,
+                   max_memory_mib=_mib(args.max_memory))
+
+
+def _mib(size: str | None) -> int | None:
+    """A --max-memory size in MiB (None: none given)."""
+    from omnidraft.models.budget import parse_size
+
+    return None if size is None else max(1, parse_size(size) >> 20)
 
 
 def _cmd_generate(args) -> int:

@@ -111,7 +111,7 @@ class Session:
         self.spec, self._pair, self.store, self.draft_tok = parts.spec, parts.drafter, parts.store, parts.draft_tok
         self.pair, self.target_tok, self.router = parts.pair, parts.target_tok, parts.router
         self.preamble = chat_preamble(self.target_tok)  # the ids every chat prompt starts with
-        self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note)
+        self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note, runtime.budget)
         self.log = VerificationLog(log_path()) if log and not self.alone else None
         self.memories = memory if isinstance(memory, Memories) and not self.alone else None
         if memory is True and not self.alone:

@@ -342,6 +342,21 @@ def test_an_unreadable_memory_is_one_note_and_the_pair_serves_without_it(home, m
     s.close()
 
 
+def test_a_pair_over_its_memory_budget_is_one_error_and_within_it_serves(home, models):
+    from dataclasses import replace
+
+    from omnidraft import Session
+    from omnidraft.models.budget import rss_bytes
+
+    drafter, target = models
+    with pytest.raises(OmniDraftError, match=r"^the pair holds [\d.]+ GiB resident here, over the memory budget of "
+                                             r"0\.00 GiB \(raise --max-memory, or run the target alone"):
+        Session(drafter, target, runtime=replace(FP32, max_memory_mib=1), log=False)
+    s = Session(drafter, target, runtime=replace(FP32, max_memory_mib=(rss_bytes() >> 20) + 2048), log=False, slots=2)
+    assert s.generate(PROMPTS[0], max_new_tokens=8).token_ids
+    s.close()
+
+
 @pytest.fixture()
 def self_pair(home, models, tmp_path):
     """Drafter == target (same tiny model and tokenizer): the records are the drafter's own greedy

@@ -13,6 +13,7 @@ Knows the LM protocol; nothing about conversations, tokenizers or decoding.
 
 from __future__ import annotations
 
+from omnidraft.models.budget import Budget, available_bytes, gib, rss_bytes
 from omnidraft.models.lm import LM
 
 
@@ -30,47 +31,32 @@ def inner(lm: LM) -> LM:
 RESERVE = 0.15  # of the machine's memory a twin must leave available (else the slot shares a cache)
 
 
-def available_bytes() -> tuple[int, int] | None:
-    """(MemAvailable, MemTotal) in bytes from /proc/meminfo; None where there is none."""
-    try:
-        fields = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-    except OSError:
-        return None
-    return int(fields["MemAvailable"].split()[0]) << 10, int(fields["MemTotal"].split()[0]) << 10
-
-
-def _rss_bytes() -> int:
-    try:
-        return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) << 10
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 class Slots:
     """``n`` instances of ``first``'s model behind the LM protocol; slot 0 is ``first``. Twins are
     made while memory allows: a twin whose size (as the last one measured; before the first, this
-    whole process's) would leave less than
-    RESERVE of the machine's memory available is not made, and its slot shares an earlier slot's
-    instance (``distinct`` says how many there are; ``note`` hears why)."""
+    whole process's) would leave less than RESERVE of the machine's memory available, or pass
+    ``budget`` (models/budget.py), is not made, and its slot shares an earlier slot's instance
+    (``distinct`` says how many there are; ``note`` hears why)."""
 
-    def __init__(self, first: LM, n: int, note=None):
+    def __init__(self, first: LM, n: int, note=None, budget: Budget = Budget()):
         if n < 1:
             raise ValueError(f"slots must be >= 1, got {n}")
         self.lms: list[LM] = [first]
-        size = _rss_bytes()  # what a twin may take: this process's size until one has been measured
+        size = rss_bytes()  # what a twin may take: this process's size until one has been measured
         for _ in range(n - 1):
             mem = available_bytes()
-            if mem is not None and mem[0] - size < RESERVE * mem[1]:
+            short = (f"another would leave under {RESERVE:.0%} of memory free" if mem and mem[0] - size < RESERVE * mem[1]
+                     else "another would pass the memory budget" if not budget.allows(size) else None)
+            if short:
                 if note:
                     note(f"{getattr(first, 'name', 'a model')}: {len(self.lms)} of {n} slots keep their own cache "
-                         f"(another would leave under {RESERVE:.0%} of memory free: {size / 2**30:.1f} GiB each); "
-                         "the others share them")
+                         f"({short}: {gib(size)} each); the others share them")
                 break
-            before = _rss_bytes()
+            before = rss_bytes()
             made = twin(first)
             if made is None:
                 break
-            size = max(0, _rss_bytes() - before)
+            size = max(0, rss_bytes() - before)
             self.lms.append(made)
         self.lms += [self.lms[i % len(self.lms)] for i in range(len(self.lms), n)]
         self.at = 0

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from omnidraft.decode.draft_length import REMOTE_K, DraftLength, FixedK
 from omnidraft.decode.target import LocalTarget
 from omnidraft.errors import OmniDraftError
-from omnidraft.pairs.build import load_target, local_target, runtime_kind
+from omnidraft.models.budget import gib
+from omnidraft.pairs.build import load_target, local_target, resident_estimate, runtime_kind
 from omnidraft.pairs.cost_store import for_pair
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.router import Router
@@ -54,6 +55,9 @@ def assemble(drafter: str | None, target: TargetRef, *, fixed: DraftLength | Non
             target = replace(target, tokenizer=spec.target_tokenizer)  # what `omnidraft pair` kept
     tgt, target_tok = load_target(target, sampling=sampling, verify=verify, runtime=runtime, note=note, exact=exact)
     kind = "remote" if target.remote else runtime_kind(tgt.model)
+    runtime.budget.require("the target" if drafter is None else "the pair",
+                           "raise --max-memory, or take a smaller target" if drafter is None else
+                           "raise --max-memory, or run the target alone (--drafter none)")
     if drafter is None:
         return Parts(None, None, None, None, None, target_tok, Router([Route(kind, tgt, FixedK(0))]))
     from omnidraft.remote.openai_api import OpenAITarget
@@ -103,11 +107,16 @@ def _drafter(drafter: str, target: TargetRef, adapter: str, runtime: Runtime, no
 
 def _routes(first: Route, spec: PairSpec, drafter, runtime: Runtime, exact: bool, note) -> list[Route]:
     """``first`` and the target on the other of the program and llama.cpp (not llama.cpp with
-    ``exact``), the program first (ties go to it), when the other loads here and reads the same
-    vocabulary; else ``first`` alone."""
+    ``exact``), the program first (ties go to it), when the other loads here within the memory
+    budget and reads the same vocabulary; else ``first`` alone."""
     other = {"executorch": "llamacpp", "llamacpp": "executorch"}.get(first.runtime)
     timed = (load_choice(spec.name) or {}).get("predicted_tokens_per_s", {})
     if other not in timed or (exact and other in INEXACT):  # only what `omnidraft pair` timed here
+        return [first]
+    budget = runtime.budget
+    if budget.max_bytes is not None and not budget.allows(size := resident_estimate(spec.target, other)):
+        note(f"the target on {other} not loaded (~{gib(size)} would pass the memory budget): "
+             f"every generation runs on {first.runtime}")
         return [first]
     try:
         lm = local_target(spec.target, other, dtype=runtime.dtype)

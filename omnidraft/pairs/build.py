@@ -147,6 +147,26 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
     return _eager(name, dtype, runtime, prog, note)
 
 
+RESIDENT_PER_FILE_BYTE = {"llamacpp": 1.2, "executorch": 2.0}  # resident bytes a load adds per byte of its file
+
+
+def resident_estimate(name: str, runtime: str, *, quant: str = TARGET_QUANT, max_seq: int = 1024) -> int:
+    """Bytes the target ``name`` would add to this process on ``runtime`` (``llamacpp`` or
+    ``executorch``), from its file's size: llama.cpp reads its GGUF into memory and repacks it
+    (1.21 GiB for the 1.5B's 1.04 GiB file, device/llamacpp.py); a program's mapped file stays
+    resident beside its packed weights (docs/programs.md). 0 where there is no file to load."""
+    from omnidraft.export.layout import program_dir
+
+    if runtime == "llamacpp":
+        from omnidraft.pairs.llamacpp import gguf_of
+
+        path = gguf_of(name, lambda _m: None)
+    else:
+        path = program_dir(name, quant, max_seq, role="target") / "program.pte"
+    size = path.stat().st_size if path is not None and path.is_file() else 0
+    return int(size * RESIDENT_PER_FILE_BYTE[runtime])
+
+
 def load_target(target: TargetRef, *, sampling: SamplingConfig, verify: str, runtime: Runtime = Runtime(),
                 note=None, exact: bool = False):
     """(the Target, its tokenizer) for ``target`` (pairs/settings.py), verifying with ``sampling``

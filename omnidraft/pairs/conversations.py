@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models.lm import common_prefix
+from omnidraft.models.budget import Budget
 from omnidraft.models.slots import Slots
 from omnidraft.pairs.routing import Route, warm
 
@@ -30,19 +31,20 @@ class Conversation:
 
 class Conversations:
     """``n`` slots over ``routes``' local targets and ``drafter`` (pairs/drafter.py PairDrafter or
-    None), their caches holding ``preamble``; built after the cost models, whose timed calls
-    replace the caches."""
+    None), their caches holding ``preamble`` (a slot's own as memory and ``budget`` allow, else an
+    earlier slot's: models/slots.py); built after the cost models, whose timed calls replace the caches."""
 
-    def __init__(self, n: int, routes: list[Route], drafter, preamble: list[int], note=None):
+    def __init__(self, n: int, routes: list[Route], drafter, preamble: list[int], note=None,
+                 budget: Budget = Budget()):
         self.slots = [Conversation() for _ in range(n)]
         self.at = 0  # the slot the latest generation ran on
         self._clock = itertools.count()
         self._routes, self._drafter, self.preamble = routes, drafter, preamble
         if n > 1:
             for t in {id(t): t for t in self._targets()}.values():
-                t.model = Slots(t.model, n, note=note)
+                t.model = Slots(t.model, n, note=note, budget=budget)
             if drafter is not None:
-                drafter.slot(n, note=note)
+                drafter.slot(n, note=note, budget=budget)
         for i in range(n):
             self.use(i)
             warm([t.model for t in self._targets()], preamble)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.lm import LM
+from omnidraft.models.budget import Budget
 from omnidraft.models.slots import Slots
 
 FOLLOW, NONE = "latest", "none"
@@ -40,12 +41,13 @@ class PairDrafter:
         self.version: str | None = None
         self.head = None  # the eager drafter's AcceptanceHead (a program scores with the one in its .ptd)
         self.has_head = False
-        self.slots, self.note = 1, None
+        self.slots, self.note, self.budget = 1, None, Budget()
 
-    def slot(self, n: int, note=None) -> None:
-        """Keep ``n`` caches of the drafter, one per conversation slot, as memory allows (models/slots.py)."""
-        self.slots, self.note = n, note
-        self.lm = Slots(self.lm, n, note) if n > 1 else self.lm
+    def slot(self, n: int, note=None, budget: Budget = Budget()) -> None:
+        """Keep ``n`` caches of the drafter, one per conversation slot, as memory and ``budget`` allow
+        (models/slots.py)."""
+        self.slots, self.note, self.budget = n, note, budget
+        self.lm = Slots(self.lm, n, note, budget) if n > 1 else self.lm
 
     def wanted(self) -> str | None:
         """The version this drafter should run now (None: no adapter)."""
@@ -86,7 +88,7 @@ class PairDrafter:
                 model = PeftModel.from_pretrained(model, str(folder),
                                                   adapter_name=f"{self.pair}@{version}".replace(".", "_"))
                 self.lm = CausalLM(model.eval(), name=self.drafter)
-                self.slot(self.slots, self.note)
+                self.slot(self.slots, self.note, self.budget)
             else:
                 self.store.load(model, self.pair, version)
                 self.lm.reset()

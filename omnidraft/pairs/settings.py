@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.layout import QUANTS
 from omnidraft.memory.config import DEFAULT_MIB
+from omnidraft.models.budget import Budget
 from omnidraft.models.loading import DTYPES
 from omnidraft.pairs.spec import REMOTE_SCHEMES
 from omnidraft.translate.ngram import POLICIES
@@ -66,7 +67,10 @@ class Runtime:
     ``llamacpp`` extra). ``quant``, ``max_seq``, ``specvocab_k``: which drafter program.
     ``dtype``: an eager target's weights. ``threads``: torch's and ExecuTorch's (None: as set).
     ``ngram_policy`` / ``ngram_mib``: the pair's n-gram cache eviction and memory bound.
-    ``memory_mib``: the bound of the pair's memory of earlier answers (memory/), disk and RAM."""
+    ``memory_mib``: the bound of the pair's memory of earlier answers (memory/), disk and RAM.
+    ``max_memory_mib``: the most the process may hold resident (models/budget.py; None: no budget):
+    the other target runtime and more slots' caches load only within it, and a pair that does not
+    fit is an error."""
 
     drafter: str = "auto"
     target: str = "auto"
@@ -78,6 +82,7 @@ class Runtime:
     ngram_policy: str = "lfu"
     ngram_mib: int = 64
     memory_mib: int = DEFAULT_MIB
+    max_memory_mib: int | None = None
 
     def __post_init__(self):
         for name, value, choices in (("drafter", self.drafter, RUNTIMES), ("target", self.target, TARGET_RUNTIMES),
@@ -89,3 +94,9 @@ class Runtime:
         _check(self.threads is None or self.threads >= 1, "Runtime", "threads", ">= 1", self.threads)
         _check(self.ngram_mib >= 1, "Runtime", "ngram_mib", ">= 1", self.ngram_mib)
         _check(self.memory_mib >= 1, "Runtime", "memory_mib", ">= 1", self.memory_mib)
+        _check(self.max_memory_mib is None or self.max_memory_mib >= 1, "Runtime", "max_memory_mib", ">= 1",
+               self.max_memory_mib)
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(None if self.max_memory_mib is None else self.max_memory_mib << 20)

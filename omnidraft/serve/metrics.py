@@ -57,6 +57,9 @@ def prometheus(runner, model: str) -> str:
         version = session.version or "none"
         metric("adapter_info", "gauge", "The drafter's adapter version drafting now.",
                [(f'{{{m},version="{version}"}}', 1)])
+        if session.runtime.max_memory_mib is not None:
+            metric("memory_budget_bytes", "gauge", "The most the server may hold resident (--max-memory).",
+                   [(f"{{{m}}}", session.runtime.max_memory_mib << 20)])
         if session.memories is not None:
             metric("memory_index_bytes", "gauge", "RAM the memory's loaded indexes hold.",
                    [(f"{{{m}}}", session.memories.rss_bytes)])

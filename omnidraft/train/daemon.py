@@ -10,7 +10,6 @@ that server. Knows processes and files; training is tuning.py's.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ from typing import Iterator
 from omnidraft.fsio import atomic_write_json
 from omnidraft.generating import idle
 from omnidraft.home import subdir
+from omnidraft.models.budget import release
 
 RECHECK_S = 300.0
 
@@ -155,7 +155,7 @@ def serve(poll_s: float = 10.0, once: bool = False, cfg=None, nice: int = 10, th
                 result = run_round(spec, log, store, load_model(spec.drafter, dtype="fp32").model, cfg,
                                    wait_if_paused=guest.wait, publishing=guest.publishing,
                                    progress=lambda m: _write_status(state="training", pair=spec.name, progress=m))
-                gc.collect()  # the round's training copy of the drafter goes with it
+                release()  # the round's training copy of the drafter goes with it, back to the system
                 ran = True
                 _write_status(state="idle", pair=spec.name, last=result)
                 ptds = f" {result['version']} (.ptd for {result['ptds']} program(s))" if "ptds" in result else ""

@@ -52,3 +52,15 @@ def test_twins_are_made_only_while_memory_allows(monkeypatch):
     assert s.distinct == 1 and len(s.lms) == 3 and "1 of 3 slots" in notes[0]
     monkeypatch.setattr(slots, "available_bytes", lambda: (90 << 30, 100 << 30))
     assert Slots(CausalLM(tiny("llama", 300, seed=3)), 3).distinct == 3
+
+
+def test_twins_are_made_only_within_the_budget(monkeypatch):
+    from omnidraft.models import slots
+    from omnidraft.models.budget import Budget, rss_bytes
+
+    monkeypatch.setattr(slots, "available_bytes", lambda: (90 << 30, 100 << 30))
+    notes = []
+    tight = Budget(rss_bytes() + (1 << 20))  # 1 MiB of room: no twin of a process this size fits
+    s = Slots(CausalLM(tiny("llama", 300, seed=3)), 3, note=notes.append, budget=tight)
+    assert s.distinct == 1 and "memory budget" in notes[0]
+    assert Slots(CausalLM(tiny("llama", 300, seed=3)), 3, budget=Budget(rss_bytes() * 8)).distinct == 3
