@@ -40,6 +40,9 @@ def _add_memory(p: argparse.ArgumentParser) -> None:
                    "answer, where the cost model prefers it, and every answer is remembered)")
     p.add_argument("--memory-mib", type=int, default=DEFAULT_MIB, help="the pair's memory's bound, on disk and in "
                    "RAM (MiB; default %(default)s): past it the least useful answers are forgotten")
+    p.add_argument("--max-memory", default=None, help="the most this process may hold resident (MiB, or e.g. "
+                   "800M, 3.5G; default: no budget): the target's other runtime and more slots' caches load only "
+                   "within it, and a pair that does not fit is an error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--json", action="store_true", help="print one JSON object")
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
-    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, vllm, memory, costs, export or "
-                    "usage (docs/benchmarks.md)")
+    be.add_argument("suite", help="the suite: pair, copy, adapters, serve, vllm, memory, costs, export, "
+                    "usage or footprint (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
     for name in ("code", "chat", "sharegpt", "copy", "conversations", "tests", "extract", "reply"):
@@ -273,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default 6; 0: none)")
     be.add_argument("--stream", type=int, default=None, help="memory: prompts of each kind of recurring work "
                     "the remembered row's memory takes in before measuring (default 40)")
+    be.add_argument("--budget", default=None, help="footprint: the serve-budget row's --max-memory (default 1.5G)")
     be.add_argument("--held", type=int, default=None, help="usage: held-out prompts of each kind (default 12)")
     be.add_argument("--stream-tokens", type=int, default=None, help="usage: new tokens a stream prompt (default 48)")
     be.add_argument("--measure-every", type=int, default=None, help="usage: stream prompts between held-out "

@@ -102,6 +102,8 @@ def test_no_library_warning_reaches_the_user(home, models, tmp_path):  # noqa: F
 @pytest.mark.parametrize("argv,needle", [
     (["generate", "--target", "x", "--prompt", "p", "-k", "9"], "draft length k must be an integer in 0..8"),
     (["generate", "--target", "x", "--prompt", "p", "--quant", "8da4w", "--max-seq", "8"], "Runtime.max_seq must be >= 16"),
+    (["generate", "--target", "x", "--prompt", "p", "--max-memory", "lots"], "not a memory size: 'lots'"),
+    (["serve", "--target", "x", "--max-memory", "2T"], "not a memory size: '2T'"),
 ])
 def test_bad_settings_are_one_line_before_anything_loads(argv, needle, capsys):
     assert cli.main(argv) == 2

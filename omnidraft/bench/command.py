@@ -1,7 +1,7 @@
 """`omnidraft bench SUITE`: the parsed options checked against the suite (an option another suite
 takes is a one-line error naming it, never ignored) and handed to the suite's runner: the prompt
 suites (bench/suites.py, run by bench/run.py), ``costs`` (bench/costs.py), ``export``
-(bench/export_time.py) and ``usage`` (bench/usage.py).
+(bench/export_time.py), ``usage`` (bench/usage.py) and ``footprint`` (bench/footprint.py).
 
 Knows the options each suite takes; nothing about what they measure.
 """
@@ -16,7 +16,7 @@ from omnidraft.errors import OmniDraftError
 OWN = {"widths": ("costs",), "reps": ("costs",), "quants": ("costs",), "no_eager": ("costs",),
        "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",),
        "held": ("usage",), "stream_tokens": ("usage",), "measure_every": ("usage",), "k": ("usage",),
-       "daemon_config": ("usage",), "drain_minutes": ("usage",), "stream": ("memory",)}
+       "daemon_config": ("usage",), "drain_minutes": ("usage",), "stream": ("memory",), "budget": ("footprint",)}
 NEW_TOKENS = 96  # --max-new-tokens where the suite is not usage
 
 
@@ -32,11 +32,12 @@ def run_command(args, log: Callable[[str], None]) -> dict:
     """Run the suite ``args.suite`` names with the options ``args`` (an argparse namespace) holds."""
     from omnidraft.bench.suites import SUITES
 
-    known = (*SUITES, "costs", "export", "usage")
+    known = (*SUITES, "costs", "export", "usage", "footprint")
     if args.suite not in known:
         raise OmniDraftError(f"unknown benchmark suite {args.suite!r}", f"use one of {', '.join(known)}")
-    own = {**OWN, **{k: tuple(SUITES) for k in (*SETS, "adapters", "clients")}, "rows": (*SUITES, "usage"),
-           "code": (*SUITES, "usage"), "chat": (*SUITES, "usage"), "max_new_tokens": (*SUITES, "costs", "usage")}
+    own = {**OWN, **{k: tuple(SUITES) for k in (*SETS, "adapters", "clients")}, "rows": (*SUITES, "usage", "footprint"),
+           "code": (*SUITES, "usage"), "chat": (*SUITES, "usage"), "conversations": (*SUITES, "footprint"),
+           "copy": (*SUITES, "footprint"), "max_new_tokens": (*SUITES, "costs", "usage", "footprint")}
     given = [f"--{k.replace('_', '-')}" for k, suites in own.items()
              if getattr(args, k) not in (None, False) and args.suite not in suites]
     if given:
@@ -53,6 +54,8 @@ def run_command(args, log: Callable[[str], None]) -> dict:
         return run_export(opts, out=args.out, keep=not args.no_history, log=log)
     if args.suite == "usage":
         return _usage(args, log)
+    if args.suite == "footprint":
+        return _footprint(args, log)
     from omnidraft.bench.run import run_suite
     from omnidraft.bench.suites import Options, suite
 
@@ -90,3 +93,14 @@ def _usage(args, log) -> dict:
     opts = UsageOptions(args.drafter, args.target, threads=args.threads, dtype=args.dtype,
                         **given, **({"rows": rows} if rows is not None else {}))
     return run_usage(opts, out=args.out, keep=not args.no_history, log=log)
+
+
+def _footprint(args, log) -> dict:
+    from omnidraft.bench.footprint import FootprintOptions, run_footprint
+
+    given = {k: getattr(args, k) for k in ("conversations", "copy", "max_new_tokens", "budget")
+             if getattr(args, k) is not None}
+    rows = _split(args.rows)
+    opts = FootprintOptions(args.drafter, args.target, threads=args.threads, **given,
+                            **({"rows": rows} if rows is not None else {}))
+    return run_footprint(opts, out=args.out, keep=not args.no_history, log=log)

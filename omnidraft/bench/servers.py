@@ -71,8 +71,9 @@ class ServerRow:
                                      headers={"Authorization": f"Bearer {self.key}"})
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise OmniDraftError(f"{self.name} exited with code {self.proc.returncode} before serving",
-                                     f"its output is in {self.output.name}")
+                said = Path(self.output.name).read_text(errors="replace").strip().splitlines()
+                raise OmniDraftError(f"{self.name} exited with code {self.proc.returncode} before serving: "
+                                     f"{said[-1] if said else 'no output'}", f"its output is in {self.output.name}")
             try:
                 with urllib.request.urlopen(req, timeout=5) as r:
                     if r.status == 200:
