@@ -147,14 +147,15 @@ def local_target(name: str, runtime: str = "eager", *, quant: str = TARGET_QUANT
     return _eager(name, dtype, runtime, prog, note)
 
 
-RESIDENT_PER_FILE_BYTE = {"llamacpp": 1.2, "executorch": 2.0}  # resident bytes a load adds per byte of its file
+RESIDENT_PER_FILE_BYTE = {"llamacpp": 1.2, "executorch": 1.4}  # resident bytes a load adds per byte of its file
 
 
 def resident_estimate(name: str, runtime: str, *, quant: str = TARGET_QUANT, max_seq: int = 1024) -> int:
     """Bytes the target ``name`` would add to this process on ``runtime`` (``llamacpp`` or
-    ``executorch``), from its file's size: llama.cpp reads its GGUF into memory and repacks it
-    (1.21 GiB for the 1.5B's 1.04 GiB file, device/llamacpp.py); a program's mapped file stays
-    resident beside its packed weights (docs/programs.md). 0 where there is no file to load."""
+    ``executorch``), from its file's size as measured here: llama.cpp reads its GGUF into memory
+    and repacks it (the 0.5B's 0.49 GB file added 0.59 GB; the 1.5B's 1.04 GiB 1.21 GiB); a program
+    packs its weights and keeps part of its file mapped (the 0.5B's 0.63 GB file added 0.88 GB,
+    docs/programs.md). 0 where there is no file to load."""
     from omnidraft.export.layout import program_dir
 
     if runtime == "llamacpp":

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from omnidraft import cli
+from omnidraft.export.info import ProgramInfo
 from omnidraft.export.layout import program_dir
 from omnidraft.jobs import first_start
 from omnidraft.pairs import programs
@@ -24,7 +25,8 @@ def _program(name: str, role: str | None = None) -> None:
     quant = TARGET_QUANT if role else programs.DRAFTER_QUANT
     path = program_dir(name, quant, programs.MAX_SEQ, **({"role": role} if role else {}))
     path.mkdir(parents=True)
-    (path / "program.pte").write_bytes(b"")
+    (path / "program.pte").write_bytes(b"")  # a program of this version's format (else it is built again)
+    ProgramInfo("0", {"role": role or "drafter"}, 10, 4, 16, {}, {}).save(path / "program.json")
 
 
 def _kept(on: dict) -> None:
