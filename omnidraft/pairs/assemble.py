@@ -49,10 +49,13 @@ def assemble(drafter: str | None, target: TargetRef, *, fixed: DraftLength | Non
     runtime resolved; ``asked``: the one the caller named). ``fixed``: the draft length the caller
     fixed (None: the cost model's; it also keeps generations off other routes and the engine)."""
     spec = pair = store = draft_tok = None
+    both = route and asked == "auto" and fixed is None  # the router may keep both runtimes `omnidraft pair` timed
     if drafter is not None:
         spec, pair, store, draft_tok = _drafter(drafter, target, adapter, runtime, note)
         if spec.target_tokenizer and not target.tokenizer:
             target = replace(target, tokenizer=spec.target_tokenizer)  # what `omnidraft pair` kept
+        if both and _program_alone(spec, runtime, note):
+            runtime, both = replace(runtime, target="executorch"), False
     tgt, target_tok = load_target(target, sampling=sampling, verify=verify, runtime=runtime, note=note, exact=exact)
     kind = "remote" if target.remote else runtime_kind(tgt.model)
     runtime.budget.require("the target" if drafter is None else "the pair",
@@ -73,7 +76,7 @@ def assemble(drafter: str | None, target: TargetRef, *, fixed: DraftLength | Non
     else:
         k = fixed or FixedK(REMOTE_K)
     routes = [Route(kind, tgt, k, cost)]
-    if route and asked == "auto" and runtime.target != "auto" and fixed is None:  # `omnidraft pair` timed both
+    if both and runtime.target != "auto":
         routes = _routes(routes[0], spec, pair.lm, runtime, exact, note)
     choice = None
     if isinstance(tgt, OpenAITarget) and fixed is None:  # a serving engine; not when k is fixed
@@ -103,6 +106,24 @@ def _drafter(drafter: str, target: TargetRef, adapter: str, runtime: Runtime, no
     pair = PairDrafter(lm, drafter, spec.name, store, adapter)
     pair.refresh()
     return spec, pair, store, load_tokenizer(drafter)
+
+
+def _program_alone(spec: PairSpec, runtime: Runtime, note) -> bool:
+    """Whether to run the target's program alone where llama.cpp was kept to run first: a memory
+    budget cannot hold both runtimes (their estimated sizes), and the program is the one worth
+    keeping alone: it reads prompts far faster, keeps a cache per conversation slot where
+    llama.cpp's one context is shared, and is bit-exact (the 1.5B pair served within 3.5G on
+    llama.cpp alone: 11.35 tokens/s against 15.62 for the program's target alone, AMD EPYC)."""
+    budget = runtime.budget
+    timed = (load_choice(spec.name) or {}).get("predicted_tokens_per_s", {})
+    if budget.max_bytes is None or runtime.target != "llamacpp" or "executorch" not in timed:
+        return False
+    sizes = {r: resident_estimate(spec.target, r) for r in ("executorch", "llamacpp")}
+    if budget.allows(sum(sizes.values())) or not budget.allows(sizes["executorch"]):
+        return False
+    note(f"the target's program and llama.cpp would pass the memory budget together (~{gib(sum(sizes.values()))}): "
+         "the program alone runs the target")
+    return True
 
 
 def _routes(first: Route, spec: PairSpec, drafter, runtime: Runtime, exact: bool, note) -> list[Route]:

@@ -25,3 +25,22 @@ def test_the_other_runtime_is_not_loaded_past_the_budget_and_loads_within_it(mon
     roomy = Runtime(max_memory_mib=(rss_bytes() >> 20) + 1024)
     assert assemble._routes(first, spec, None, roomy, False, notes.append) == [first]
     assert loaded == [("qwen2.5-coder-0.5b", "llamacpp")]
+
+
+def test_where_the_budget_holds_one_runtime_the_program_runs_the_target_alone(monkeypatch):
+    notes = []
+    monkeypatch.setattr(assemble, "load_choice",
+                        lambda _name: {"predicted_tokens_per_s": {"executorch": 9.0, "llamacpp": 10.0}})
+    monkeypatch.setattr(assemble, "resident_estimate", lambda _name, _runtime: 512 << 20)
+    spec = PairSpec("smollm2-135m", "qwen2.5-coder-1.5b")
+    mib = rss_bytes() >> 20
+
+    def alone(**kw) -> bool:
+        return assemble._program_alone(spec, Runtime(**kw), notes.append)
+
+    assert alone(target="llamacpp", max_memory_mib=mib + 768)  # one fits, not both
+    assert "the program alone runs the target" in notes[-1]
+    assert not alone(target="llamacpp", max_memory_mib=mib + 2048)  # both fit: the router keeps both
+    assert not alone(target="llamacpp", max_memory_mib=mib + 256)  # not even the program: as it was
+    assert not alone(target="llamacpp") and not alone(target="executorch", max_memory_mib=mib + 768)
+    assert len(notes) == 1
