@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import openai
 import pytest
@@ -28,14 +29,16 @@ CODE = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n
 
 @pytest.fixture(scope="module")
 def served(models, tmp_path_factory):
-    """A Session of the tiny pair with two slots behind the app, and the target's own model."""
+    """A Session of the tiny pair with two slots (within a memory budget of 64 GiB) behind the app,
+    and the target's own model."""
     from omnidraft.models.loading import load_model
     from omnidraft.session import Session
 
     drafter, target = models
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMNIDRAFT_HOME", str(tmp_path_factory.mktemp("home")))
-        with serving(lambda: Session(drafter, target, runtime=FP32, slots=2)) as (url, runner):
+        budget = replace(FP32, max_memory_mib=64 << 10)
+        with serving(lambda: Session(drafter, target, runtime=budget, slots=2)) as (url, runner):
             yield url, runner, LocalTarget(load_model(target, dtype="fp32"))
 
 
@@ -253,6 +256,8 @@ def test_metrics_count_what_was_served(served):
                  "generation_tokens_total", "adapter_info", "slots"):
         assert f"omnidraft:{name}{{" in text, name
     assert 'omnidraft:target_runtime_info{model_name="tiny",runtime="eager",exactness="logits"} 1' in text
+    assert f'omnidraft:memory_budget_bytes{{model_name="tiny"}} {64 << 30:g}' in text
+    assert 'omnidraft:resident_bytes{model_name="tiny",part="total"}' in text
     generated = next(float(line.split()[-1]) for line in text.splitlines()
                      if line.startswith("omnidraft:generation_tokens_total{"))
     assert generated == runner.counters.generation_tokens >= 8
