@@ -30,6 +30,7 @@ from .embedding8 import embeddings_at_8_bits
 from .gguf_q4 import Blocks, attach, four_bit_linears, gguf_file, load_codes
 from .info import ProgramInfo
 from .layout import QUANTS
+from .mapped import in_turn, own_memory
 from .program import DraftProgram, has_llama_layers, is_adapter_param
 from .provenance import shared_provenance
 from .qc4w import per_channel_int4
@@ -131,7 +132,8 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
     Linears stay fp32 (they live in the .ptd), as do modules whose name ends with one of ``skip``.
     With ``exact`` (gguf_q4.four_bit_linears): those Linears run their GGUF codes and scales
     (``BlockLinear``) and every other base Linear is int8. The token embedding is int8 per row
-    (embedding8.py) in every scheme but fp32."""
+    (embedding8.py) in every scheme but fp32. What stays plain is then copied out of the file the
+    model was mapped from (mapped.py)."""
     if quant == "fp32":
         return
     embeddings_at_8_bits(lm)  # a tied LM head keeps its own reference to the fp32 weight until quantised
@@ -152,20 +154,23 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
     def four_bit(m: torch.nn.Module, fqn: str) -> bool:  # a row that splits into whole groups
         return not fqn.endswith(eight_bit) and (group_size == 0 or m.weight.shape[1] % group_size == 0)
 
+    def apply(config, chosen) -> None:  # a layer at a time, the file's pages of what it replaced handed back
+        in_turn(lm, lambda selected: quantize_(lm, config, filter_fn=selected), chosen)
+
     with torch.no_grad():
         if exact is not None:
             found = attach(lm, exact)
-            quantize_(lm, int4, filter_fn=lambda m, fqn: fqn in found)
-            quantize_(lm, int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and fqn not in found
-                      and not fqn.endswith(".sums"))  # the block sums' 0/1 weights stay exact
+            apply(int4, lambda m, fqn: fqn in found)
+            apply(int8, lambda m, fqn: base_linear(m, fqn) and fqn not in found
+                  and not fqn.endswith(".sums"))  # the block sums' 0/1 weights stay exact
             load_codes(lm, found)
-            return
-        if not four:
-            quantize_(lm, int8, filter_fn=base_linear)
-            return
-        if eight_bit:
-            quantize_(lm, int8, filter_fn=lambda m, fqn: base_linear(m, fqn) and fqn.endswith(eight_bit))
-        quantize_(lm, int4, filter_fn=lambda m, fqn: base_linear(m, fqn) and four_bit(m, fqn))
+        elif not four:
+            apply(int8, base_linear)
+        else:
+            if eight_bit:
+                apply(int8, lambda m, fqn: base_linear(m, fqn) and fqn.endswith(eight_bit))
+            apply(int4, lambda m, fqn: base_linear(m, fqn) and four_bit(m, fqn))
+    own_memory(lm)  # the file the fp32 weights were mapped from is let go (export/mapped.py)
 
 
 def _adapter_free_partitioner():
