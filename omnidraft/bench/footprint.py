@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.measure.resident import resident, status
 
 ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair")
 DEFAULT_ROWS = ("serve", "serve-target", "llama-server", "generate")
@@ -73,20 +74,6 @@ class FootprintOptions:
             if getattr(self, name) < (1 if name in ("max_new_tokens", "threads") else 0):
                 raise OmniDraftError(f"FootprintOptions.{name} must be >= "
                                      f"{1 if name in ('max_new_tokens', 'threads') else 0}, got {getattr(self, name)}")
-
-
-def status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of ``pid`` in bytes ({} when it is gone)."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) * 1024
-    return out
 
 
 def children(pid: int) -> list[int]:
@@ -131,7 +118,6 @@ def run_footprint(opts: FootprintOptions, *, out: str | Path = "bench/results", 
 def _server_row(name: str, opts: FootprintOptions, log) -> dict | None:
     from omnidraft.bench.prompts import prompt_sets
     from omnidraft.bench.servers import ServerRow, llama_server
-    from omnidraft.measure.resident import resident
     from omnidraft.models.loading import load_tokenizer
 
     tok = load_tokenizer(opts.target)

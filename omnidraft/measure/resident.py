@@ -38,11 +38,23 @@ def resident(pid: int | str = "self") -> dict[str, int]:
                     group = _group(fields[4].strip() if len(fields) > 4 else "")
                 elif head == "Rss:":
                     parts[group] = parts.get(group, 0) + int(rest.split()[0]) * 1024
-        status = Path(f"/proc/{pid}/status").read_text().splitlines()
     except (OSError, ValueError, IndexError):
         return {}
-    for line in status:
+    now = status(pid)
+    if not now:
+        return {}
+    return {**parts, "total": now["VmRSS"], "peak": now["VmHWM"]}
+
+
+def status(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS and VmHWM of process ``pid`` in bytes ({} when it is gone or /proc cannot be read)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM"):
-            parts["total" if key == "VmRSS" else "peak"] = int(value.split()[0]) * 1024
-    return parts
+            out[key] = int(value.split()[0]) * 1024
+    return out if len(out) == 2 else {}
