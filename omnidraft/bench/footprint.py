@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Callable
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.measure.resident import resident, status
+from omnidraft.measure.resident import resident
+from omnidraft.models.budget import status
 
 ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair")
 DEFAULT_ROWS = ("serve", "serve-target", "llama-server", "generate")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omnidraft.models.budget import status
+
 MODEL_FILES = (".pte", ".ptd", ".gguf", ".safetensors", ".bin")
 
 
@@ -44,17 +46,3 @@ def resident(pid: int | str = "self") -> dict[str, int]:
     if not now:
         return {}
     return {**parts, "total": now["VmRSS"], "peak": now["VmHWM"]}
-
-
-def status(pid: int | str = "self") -> dict[str, int]:
-    """VmRSS and VmHWM of process ``pid`` in bytes ({} when it is gone or /proc cannot be read)."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(value.split()[0]) * 1024
-    return out if len(out) == 2 else {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
 
@@ -31,12 +32,23 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * unit)
 
 
+def status(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS and VmHWM of process ``pid`` in bytes ({} when it is gone or /proc cannot be read)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out if len(out) == 2 else {}
+
+
 def rss_bytes() -> int:
     """This process's resident set size (0 where /proc has none)."""
-    try:
-        return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) << 10
-    except (OSError, IndexError, ValueError):
-        return 0
+    return status().get("VmRSS", 0)
 
 
 def available_bytes() -> tuple[int, int] | None:

@@ -23,7 +23,7 @@ from typing import Iterator
 from omnidraft.fsio import atomic_write_json
 from omnidraft.generating import idle
 from omnidraft.home import subdir
-from omnidraft.models.budget import release
+from omnidraft.models.budget import release, status as process_status
 
 RECHECK_S = 300.0
 
@@ -248,13 +248,8 @@ def status() -> dict:
 
 def _rss_mib(pid: int) -> float | None:
     """The process's resident memory now (/proc), None where it cannot be read."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except (OSError, ValueError):
-        pass
-    return None
+    rss = process_status(pid).get("VmRSS")
+    return None if rss is None else round(rss / 2**20, 1)
 
 
 def pause(on: bool = True) -> None:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from omnidraft.bench.footprint import FootprintOptions, children, markdown, peak_of
-from omnidraft.measure.resident import status
+from omnidraft.models.budget import status
 from omnidraft.errors import OmniDraftError
 
 HOLD = "import time; b = bytearray({n}); b[::4096] = b'x' * len(b[::4096]); time.sleep({s})"

@@ -144,6 +144,10 @@ def test_a_daemon_its_server_started_ends_with_the_server_even_killed(tmp_path, 
     try:
         pid = int(server.stdout.readline())
         _until(lambda: _status(home).get("pid") == pid and _status(home)["state"] == "idle", 120, "the daemon up")
+        from omnidraft.train import daemon
+
+        said = daemon.status()  # what `omnidraft daemon status` prints: its RSS read from /proc
+        assert said["running"] and said["pid"] == pid and 10 < said["rss_mib"] < 2048
         server.kill()
         server.wait(timeout=10)
         t0 = time.monotonic()
