@@ -8,6 +8,7 @@ tokenizers, strategies or training.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,11 +17,12 @@ import torch
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.adapter_data import check_ptd
 from omnidraft.export.info import ProgramInfo
+from omnidraft.mapped_files import drop, mappings
 from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import Forward
 
 from .threads import ensure_pool, program_call
-from .xnnpack_options import weight_cache
+from .weight_sharing import load_shared
 
 
 class ExecuTorchLM:
@@ -46,6 +48,7 @@ class ExecuTorchLM:
         self.name = name or self.info.config["drafter"]
         self.tokens: list[int] = []
         self.ptd: Path | None = None
+        self.program = self.method = self.decode = None
         self.load_seconds = 0.0
         ensure_pool()
         self.load_adapter(ptd or self.dir / "base.ptd")
@@ -82,19 +85,24 @@ class ExecuTorchLM:
         The cache restarts empty. One program is in memory at a time: the running one is released
         before the next loads (a swap would otherwise hold two copies of the weights, +320 MB for
         SmolLM2's 8da8w program); if the next fails to load, the running adapter is loaded again
-        and the error raised."""
-        ptd = Path(ptd)
-        if not ptd.is_file():
-            raise OmniDraftError(f"adapter file not found: {ptd}", "run `omnidraft export-adapter`")
-        check_ptd(ptd, self.info)
-        running, self.tokens = self.ptd, []
-        self.program = self.method = self.decode = None
+        and the error raised (also where the caller released it: models/slots.py)."""
+        ptd, running = Path(ptd), self.ptd
         try:
+            if not ptd.is_file():
+                raise OmniDraftError(f"adapter file not found: {ptd}", "run `omnidraft export-adapter`")
+            check_ptd(ptd, self.info)
+            self.release()
             self._load(ptd)
         except OmniDraftError:
-            if running is not None:
+            if self.program is None and running is not None:  # released (here or by the caller)
                 self._load(running)
             raise
+
+    def release(self) -> None:
+        """Free the loaded program (its packed weights and caches); the next ``load_adapter`` loads
+        one again, or, if that fails, the adapter that ran before."""
+        self.tokens = []
+        self.program = self.method = self.decode = None
 
     def _load(self, ptd: Path) -> None:
         """Load program.pte with ``ptd``'s weights and both its methods."""
@@ -106,20 +114,29 @@ class ExecuTorchLM:
         import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
         if self.info.config["quant"] != "fp32":
             import executorch.kernels.quantized  # noqa: F401
-        # a target: one packed copy of each weight for both methods and every slot (1.5B target
-        # alone: 5.17 -> 3.68 GB resident, load 25 -> 10 s, the same ids and decode speed); a
-        # drafter packs its own (its adapter versions share data keys: tests/device/test_device.py)
-        weight_cache(self.info.config.get("role") == "target")
-        try:
+        # one packed copy of each weight for both methods and every twin where no load of this
+        # program alive runs another adapter (device/weight_sharing.py; the 1.5B target alone:
+        # 5.17 -> 3.68 GB resident, load 25 -> 10 s, the same ids and decode speed)
+        def load():
             program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
-            method = program.load_method("forward")
             # both methods share the caches; load every one now (loading one initialises them)
-            decode = program.load_method("decode") if self.info.decode_window else None
+            return (program, program.load_method("forward"),
+                    program.load_method("decode") if self.info.decode_window else None)
+
+        try:
+            # the keys XNNPACK reads (content keys); a value read by name (its FQN) is not packed
+            keys = {k for fqn, held in self.info.ptd_keys.items() for k in held if k != fqn}
+            program, method, decode = load_shared(keys, ptd, load, lambda loaded: loaded[0])
         except (RuntimeError, ValueError) as err:
             raise OmniDraftError(f"ExecuTorch could not load {self.dir / 'program.pte'} with {ptd}: {err}",
                                  "re-export the program with this executorch version (it needs the "
                                  "LLM custom ops and, when quantised, the quantized kernels)") from err
         self.program, self.method, self.decode, self.ptd = program, method, decode, ptd
+        # what XNNPACK did not pack stays mapped from the file, every page read in and locked by
+        # the loader (the 8-bit token embedding: 0.23 GB of the 1.5B's, again in each twin's
+        # mapping); handed back to the page cache, only the rows a call reads come back
+        pte = os.path.realpath(self.dir / "program.pte")
+        drop(mappings(lambda path: path == pte))
         self.load_seconds = time.perf_counter() - t0
 
     # ------------------------------------------------------------------ cache control

@@ -92,6 +92,6 @@ def set_options(**options: bool | int | str) -> bool:
 def weight_cache(on: bool) -> bool:
     """XNNPACK's weight cache on or off for the programs loaded next; True where the runtime took it.
     Packed weights are shared by their data keys, so it is only for a program whose weights no
-    other loaded program holds different values under (a target's: base weights only; a
-    drafter's adapters reuse their keys across versions, so its cache stays off)."""
+    other loaded program holds different values under (adapter versions reuse their keys:
+    weight_sharing.py decides)."""
     return set_options(weight_cache_enabled=on)

@@ -10,18 +10,17 @@ plain into memory of their own, so the mapping goes when the originals do. While
 weights once they are replaced (madvise DONTNEED, only on whole pages inside a mapped safetensors
 file, which the allocator never reuses: a page dropped there is read from the file again if asked).
 
-Knows torch modules' parameters and buffers and /proc/self/maps; nothing about quantisation schemes.
+Knows torch modules' parameters and buffers; nothing about quantisation schemes.
 """
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 from typing import Callable
 
 import torch
 
-MADV_DONTNEED = 4
+from omnidraft.mapped_files import drop, mappings
+
 Filter = Callable[[torch.nn.Module, str], bool]
 
 
@@ -41,38 +40,12 @@ def in_turn(lm: torch.nn.Module, quantize: Callable[[Filter], None], chosen: Fil
         drop_file_pages(old)
 
 
-def _file_maps() -> list[tuple[int, int]]:
-    """[start, end) of this process's mappings of safetensors files."""
-    out = []
-    for line in open("/proc/self/maps"):
-        fields = line.split()
-        if len(fields) >= 6 and fields[5].endswith(".safetensors"):
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            out.append((lo, hi))
-    return out
-
-
 def drop_file_pages(tensors: list[torch.Tensor]) -> int:
     """Hand back the resident pages wholly inside each of ``tensors`` that lies in a mapped
     safetensors file (others are left alone); returns the bytes dropped."""
-    maps = _file_maps()
-    if not maps:
-        return 0
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc
-        return 0
-    libc.madvise.argtypes, libc.madvise.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
-    page, dropped = mmap.PAGESIZE, 0
-    for t in tensors:
-        start = t.data_ptr()
-        end = start + t.numel() * t.element_size()
-        if not any(lo <= start and end <= hi for lo, hi in maps):
-            continue
-        a, b = -(-start // page) * page, end // page * page
-        if b > a and libc.madvise(a, b - a, MADV_DONTNEED) == 0:
-            dropped += b - a
-    return dropped
+    maps = mappings(lambda path: path.endswith(".safetensors"))
+    spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors]
+    return drop([(a, b) for a, b in spans if any(lo <= a and b <= hi for lo, hi in maps)])
 
 
 def own_memory(module: torch.nn.Module) -> int:

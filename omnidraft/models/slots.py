@@ -94,6 +94,13 @@ class Slots:
             lm.reset()
 
     def load_adapter(self, ptd) -> None:
-        """A program's adapter .ptd loaded into every instance (each restarts with an empty cache)."""
-        for lm in {id(x): x for x in self.lms}.values():
+        """A program's adapter .ptd loaded into every instance (each restarts with an empty cache),
+        every instance's program released first: none holds the old version's weights while the new
+        one loads, so the instances share one packed copy of it (device/weight_sharing.py)."""
+        lms = list({id(x): x for x in self.lms}.values())
+        for lm in lms:
+            release = getattr(lm, "release", None)
+            if callable(release):
+                release()
+        for lm in lms:
             lm.load_adapter(ptd)

@@ -142,6 +142,39 @@ def test_adapters_change_outputs(exported):
     assert torch.equal(other.prefill([5, 6, 7, 8]).logits[0], outs[2])
 
 
+def test_loads_of_one_adapter_share_packed_weights_and_another_version_packs_its_own(exported):
+    """Twins and a slots' swap share one packed copy of a version (XNNPACK's weight cache); a load
+    of another version beside them packs its own; each computes its own adapter's logits."""
+    from pathlib import Path
+
+    from omnidraft.device import weight_sharing
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.models.slots import Slots
+
+    _, root, info, _ = exported
+    v1, v2 = _ptd(root, info, "v0001"), _ptd(root, info, "v0002")
+
+    def logits(lm):
+        lm.reset()
+        return lm.prefill([5, 6, 7, 8]).logits[0]
+
+    def cached(ptd) -> int:  # loads alive sharing the cache with ``ptd``'s weights
+        return sum(n for (_keys, version), n in weight_sharing._held.items() if version[0] == str(Path(ptd).resolve()))
+
+    want = {v: logits(ExecuTorchLM(root / "prog", ptd=v)) for v in (v1, v2)}
+    assert cached(v1) == cached(v2) == 0  # freed with their programs
+    slots = Slots(ExecuTorchLM(root / "prog", ptd=v1), 2)
+    assert slots.distinct == 2 and cached(v1) == 2
+    other = ExecuTorchLM(root / "prog", ptd=v2)
+    assert cached(v2) == 0 and torch.equal(logits(other), want[v2])  # packed its own beside v1's
+    slots.load_adapter(v2)  # every slot released before any loads: v2 shared by both
+    assert cached(v1) == 0 and cached(v2) == 2
+    for i in range(2):
+        slots.use(i)
+        assert torch.equal(logits(slots), want[v2])
+    assert torch.equal(logits(other), want[v2])
+
+
 def test_an_adapter_swap_holds_one_program_and_a_failed_one_keeps_the_running_adapter(exported, monkeypatch):
     import weakref
 
