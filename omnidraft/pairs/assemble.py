@@ -3,8 +3,9 @@ should run (pairs/drafter.py) and the pair's spec; the target on its runtime wit
 (pairs/build.py); the pair's vocabulary map and n-gram cache; the cost model of each target
 runtime (pairs/cost_store.py: measured on first use, kept in the pair's folder); and the routes
 its generations take (pairs/router.py): the runtime loaded, beside it the other of the program
-and llama.cpp where `omnidraft pair` timed both here, or an OpenAI-API engine with its hand-over
-to the engine generating alone.
+and llama.cpp where `omnidraft pair` timed both here (the program loaded first, llama.cpp when a
+generation first runs on it: pairs/deferred.py), or an OpenAI-API engine with its hand-over to the
+engine generating alone.
 
 Knows how the parts are built; nothing about generating with them.
 """
@@ -12,13 +13,15 @@ Knows how the parts are built; nothing about generating with them.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from omnidraft.decode.draft_length import REMOTE_K, DraftLength, FixedK
 from omnidraft.decode.target import LocalTarget
 from omnidraft.errors import OmniDraftError
 from omnidraft.models.budget import gib
-from omnidraft.pairs.build import load_target, local_target, resident_estimate, runtime_kind
-from omnidraft.pairs.cost_store import for_pair
+from omnidraft.pairs.build import LLAMACPP_CONTEXT, load_target, local_target, resident_estimate, runtime_kind
+from omnidraft.pairs.cost_store import for_pair, kept_for
+from omnidraft.pairs.deferred import Deferred
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.router import Router
 from omnidraft.pairs.routing import Route
@@ -54,8 +57,8 @@ def assemble(drafter: str | None, target: TargetRef, *, fixed: DraftLength | Non
         spec, pair, store, draft_tok = _drafter(drafter, target, adapter, runtime, note)
         if spec.target_tokenizer and not target.tokenizer:
             target = replace(target, tokenizer=spec.target_tokenizer)  # what `omnidraft pair` kept
-        if both and _program_alone(spec, runtime, note):
-            runtime, both = replace(runtime, target="executorch"), False
+        if both and _program_first(spec, runtime):
+            runtime = replace(runtime, target="executorch")
     tgt, target_tok = load_target(target, sampling=sampling, verify=verify, runtime=runtime, note=note, exact=exact)
     kind = "remote" if target.remote else runtime_kind(tgt.model)
     runtime.budget.require("the target" if drafter is None else "the pair",
@@ -81,7 +84,7 @@ def assemble(drafter: str | None, target: TargetRef, *, fixed: DraftLength | Non
     choice = None
     if isinstance(tgt, OpenAITarget) and fixed is None:  # a serving engine; not when k is fixed
         choice = EngineChoice.load(pair_dir(spec.name) / "engine.json")
-    return Parts(spec, pair, store, draft_tok, state, target_tok, Router(routes, choice))
+    return Parts(spec, pair, store, draft_tok, state, target_tok, Router(routes, choice, note))
 
 
 def _drafter(drafter: str, target: TargetRef, adapter: str, runtime: Runtime, note):
@@ -108,44 +111,49 @@ def _drafter(drafter: str, target: TargetRef, adapter: str, runtime: Runtime, no
     return spec, pair, store, load_tokenizer(drafter)
 
 
-def _program_alone(spec: PairSpec, runtime: Runtime, note) -> bool:
-    """Whether to run the target's program alone where llama.cpp was kept to run first: a memory
-    budget cannot hold both runtimes (their estimated sizes), and the program is the one worth
-    keeping alone: it reads prompts far faster, keeps a cache per conversation slot where
-    llama.cpp's one context is shared, and is bit-exact (the 1.5B pair served within 3.5G on
-    llama.cpp alone: 11.35 tokens/s against 15.62 for the program's target alone, AMD EPYC)."""
-    budget = runtime.budget
+def _program_first(spec: PairSpec, runtime: Runtime) -> bool:
+    """Whether to load the target's program first where llama.cpp was kept to run first and both
+    were timed here: the program is the one held from the start (it reads prompts far faster,
+    keeps a cache per conversation slot where llama.cpp's one context is shared, is bit-exact, and
+    takes seconds to load where llama.cpp's GGUF takes about one), and llama.cpp is loaded when the
+    router first sends it a generation (pairs/deferred.py). Not where the budget cannot hold the
+    program (llama.cpp then runs first, alone)."""
     timed = (load_choice(spec.name) or {}).get("predicted_tokens_per_s", {})
-    if budget.max_bytes is None or runtime.target != "llamacpp" or "executorch" not in timed:
+    if runtime.target != "llamacpp" or "executorch" not in timed:
         return False
-    sizes = {r: resident_estimate(spec.target, r) for r in ("executorch", "llamacpp")}
-    if budget.allows(sum(sizes.values())) or not budget.allows(sizes["executorch"]):
-        return False
-    note(f"the target's program and llama.cpp would pass the memory budget together (~{gib(sum(sizes.values()))}): "
-         "the program alone runs the target")
-    return True
+    size = resident_estimate(spec.target, "executorch")
+    return size > 0 and runtime.budget.allows(size)
 
 
 def _routes(first: Route, spec: PairSpec, drafter, runtime: Runtime, exact: bool, note) -> list[Route]:
     """``first`` and the target on the other of the program and llama.cpp (not llama.cpp with
     ``exact``), the program first (ties go to it), when the other loads here within the memory
-    budget and reads the same vocabulary; else ``first`` alone."""
+    budget and reads the same vocabulary; else ``first`` alone. llama.cpp beside the program is
+    loaded when a generation first runs on it (pairs/deferred.py), where its cost model is kept."""
     other = {"executorch": "llamacpp", "llamacpp": "executorch"}.get(first.runtime)
     timed = (load_choice(spec.name) or {}).get("predicted_tokens_per_s", {})
     if other not in timed or (exact and other in INEXACT):  # only what `omnidraft pair` timed here
         return [first]
     budget = runtime.budget
-    if budget.max_bytes is not None and not budget.allows(size := resident_estimate(spec.target, other)):
+    size = resident_estimate(spec.target, other)
+    if budget.max_bytes is not None and not budget.allows(size):
         note(f"the target on {other} not loaded (~{gib(size)} would pass the memory budget): "
              f"every generation runs on {first.runtime}")
         return [first]
+    load = partial(local_target, spec.target, other, dtype=runtime.dtype)
+    tgt = first.target
+    if other == "llamacpp" and (kept := kept_for(spec.name, "llama.cpp", drafter)) is not None:
+        from omnidraft.device.llamacpp import LlamaCppLM
+
+        lm = Deferred(load, LlamaCppLM, max_length=LLAMACPP_CONTEXT, size=size, budget=budget,
+                      what=f"the target on {other}")
+        return [first, Route(other, LocalTarget(lm, tgt.sampling, tgt.mode), *kept)]
     try:
-        lm = local_target(spec.target, other, dtype=runtime.dtype)
+        lm = load()
     except OmniDraftError:
         return [first]
     if lm.vocab_size != first.target.model.vocab_size:
         return [first]
     k, cost = for_pair(spec.name, lm, drafter, runtime.dtype, progress=lambda s: note(f"cost model: {s}"))
-    tgt = first.target
     routes = [first, Route(other, LocalTarget(lm, tgt.sampling, tgt.mode), k, cost)]
     return sorted(routes, key=lambda r: r.runtime in INEXACT)

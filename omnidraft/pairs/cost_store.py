@@ -126,3 +126,17 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None) -
                            saved.reached if saved else [], saved.accepted if saved else [], on)
         saved, _ = write(path, saved)
     return CostModelK(saved.model, saved.reached, saved.accepted), CostFile(path, on, saved.copy())
+
+
+def kept_for(pair_name: str, target_runtime: str, drafter) -> tuple[CostModelK, CostFile] | None:
+    """``for_pair``'s answer for a target not loaded yet: the cost model kept for the pair on the
+    runtime named ``target_runtime`` (as pairs/timing.py runtime_name begins: ``llama.cpp``) with
+    this drafter, CPU and threads, when one is kept complete; else None (load the target and time it)."""
+    path = cost_file(pair_name, target_runtime)
+    saved = read(path)
+    here = measured_on(target_runtime, runtime_name(drafter, "fp32"))
+    if (saved is None or not str(saved.on.get("target_runtime", "")).startswith(target_runtime)
+            or {**saved.on, "target_runtime": target_runtime} != here
+            or not set(WIDTHS) <= set(saved.model.verify_ms) or not saved.model.read_ms):
+        return None
+    return CostModelK(saved.model, saved.reached, saved.accepted), CostFile(path, saved.on, saved.copy())

@@ -11,7 +11,9 @@ holds one Router and runs each generation on the one Route it hands out (pairs/r
   at least PROBE_WEIGHT; a Router probes a route for a kind at most once in PROBE_EVERY of the
   kind's generations it hands out (a route that ran far under one in PROBE_EVERY of a kind, as after
   `omnidraft pair`, or whose count lags another Session's generations merged into the other route's
-  file, would otherwise be probed generation after generation until its count caught up);
+  file, would otherwise be probed generation after generation until its count caught up); a route
+  not loaded yet (pairs/deferred.py) is neither probed nor tried: it is loaded when forecast to end
+  first, and dropped where it cannot load (the memory budget);
 - with an OpenAI-API target, the engine generating alone while it is measured faster than the
   pair verifying through it (pairs/engine_choice.py; not with stop strings, which the pair applies).
 
@@ -31,6 +33,7 @@ from omnidraft.decode.target import LocalTarget
 from omnidraft.errors import OmniDraftError
 from omnidraft.pairs.engine_choice import EngineChoice
 from omnidraft.pairs.cost import DECODE_MIN_TOKENS
+from omnidraft.pairs.deferred import waiting
 from omnidraft.pairs.routing import Route, choose, forecast, kind, observe
 from omnidraft.sampling import SamplingConfig
 
@@ -57,8 +60,9 @@ class Router:
     """``routes``: the local runtimes (the bit-exact program first: ties go to it), or the one
     target; ``choice``: an OpenAI-API target's figures for handing generations to the engine."""
 
-    def __init__(self, routes: list[Route], choice: EngineChoice | None = None):
+    def __init__(self, routes: list[Route], choice: EngineChoice | None = None, note=None):
         self.routes = routes
+        self.note = note or (lambda _m: None)
         self.route = routes[0]  # the route the latest generation ran on (or the next, before any)
         self.choice = choice
         self.engine = routes[0].target if choice is not None else None  # the serving engine
@@ -78,6 +82,8 @@ class Router:
             asked = max_new_tokens or max(r.target.max_length for r in self.routes) - len(prompt_ids)
             route, predicted = choose(self.routes, prompt_ids, asked, work)
             chosen = self._probe(route, predicted, work, asked)
+            if not self._ready(chosen):  # it could not load: dropped, the others choose again
+                return self.pick(prompt_ids, max_new_tokens, preamble, chat, stops)
             ahead = forecast(chosen, prompt_ids, work)  # before its cache moves
             pick = Pick(chosen, work, predicted, ahead, probe=chosen is not route)
         else:
@@ -87,12 +93,29 @@ class Router:
             return replace(pick, route=self._engine)
         return pick
 
+    def _ready(self, route: Route) -> bool:
+        """Whether ``route`` can run: loaded, or loaded now (pairs/deferred.py) and reading the
+        vocabulary the first route reads; a route that cannot is dropped (``note`` hears why)."""
+        model = route.target.model
+        if not waiting(model):
+            return True
+        try:
+            model.load()
+            if model.vocab_size == self.routes[0].target.model.vocab_size:
+                return True
+            why = "its vocabulary differs"
+        except OmniDraftError as err:
+            why = err.problem
+        self.routes.remove(route)
+        self.note(f"{why}: every generation runs on {self.routes[0].runtime}")
+        return False
+
     def _probe(self, best: Route, predicted: dict[str, float], work: str, budget: int) -> Route:
         """``best``, or the fastest-forecast other route whose window fits (``predicted`` holds
         those) that has run ``work`` but fewer than one in PROBE_EVERY of the routes' generations of
         it, and that this Router has not probed for ``work`` in its last PROBE_EVERY generations of
         it (one never run: routing.py's TRY rule; a budget under DECODE_MIN_TOKENS teaches nothing)."""
-        fits = [r for r in self.routes if r.runtime in predicted]
+        fits = [r for r in self.routes if r.runtime in predicted and not waiting(r.target.model)]
         if not work or budget < DECODE_MIN_TOKENS or len(fits) < 2:
             return best
         for key in self._since:

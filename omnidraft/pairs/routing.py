@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models.lm import common_prefix, sync
 from omnidraft.pairs.cost import DECODE_MIN_TOKENS
+from omnidraft.pairs.deferred import waiting
 from omnidraft.pairs.cost_store import CostFile
 
 
@@ -66,9 +67,9 @@ def kind(prompt_ids: list[int], preamble: list[int], chat: bool) -> str:
 
 def warm(models: list, preamble: list[int]) -> None:
     """Every one of ``models`` (LMs) holds ``preamble`` (ids every chat prompt starts with) at the
-    start of its cache; one that already does is left as it is."""
+    start of its cache; one that already does, or is not loaded yet (pairs/deferred.py), is left as it is."""
     for m in models:
-        if preamble and m.tokens[:len(preamble)] != preamble:
+        if preamble and m.tokens[:len(preamble)] != preamble and not waiting(m):
             sync(m, preamble)
 
 
@@ -117,14 +118,14 @@ def choose(routes: list[Route], prompt_ids: list[int], budget: int,
     window alone); a tie goes to the first listed (the Session lists the bit-exact program first).
     Where the best has run ``work`` before, a route that has not and is forecast within TRY of it
     runs instead: once, as its generation teaches it the kind (a budget under DECODE_MIN_TOKENS
-    would teach it nothing)."""
+    would teach it nothing; not one still to be loaded, pairs/deferred.py)."""
     fits = [r for r in routes if r.target.max_length - len(prompt_ids) >= budget]
     fits = fits or [max(routes, key=lambda r: r.target.max_length)]
     times = {r.runtime: predicted_ms(r, prompt_ids, budget, work) for r in fits}
     best = min(fits, key=lambda r: times[r.runtime])
     near = (1 + TRY) * times[best.runtime]
-    untried = [r for r in fits if work and budget >= DECODE_MIN_TOKENS
+    untried = [r for r in fits if work and budget >= DECODE_MIN_TOKENS and not waiting(r.target.model)
                and work not in r.draft_length.model.decode_scales and times[r.runtime] <= near]
-    if untried and best not in untried:
+    if untried and work in best.draft_length.model.decode_scales:  # the best has run it: try one that has not
         best = min(untried, key=lambda r: times[r.runtime])
     return best, {rt: round(ms, 1) for rt, ms in times.items()}

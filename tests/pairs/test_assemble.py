@@ -7,8 +7,9 @@ from omnidraft.pairs.spec import PairSpec
 from omnidraft.pairs.routing import Route
 
 
-def test_the_other_runtime_is_not_loaded_past_the_budget_and_loads_within_it(monkeypatch):
+def test_the_other_runtime_is_not_loaded_past_the_budget_and_loads_within_it(monkeypatch, tmp_path):
     loaded, notes = [], []
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))  # no cost model kept: loaded to be timed
     monkeypatch.setattr(assemble, "load_choice", lambda _name: {"predicted_tokens_per_s": {"llamacpp": 9.0}})
     monkeypatch.setattr(assemble, "resident_estimate", lambda _name, _runtime: 512 << 20)
 
@@ -27,20 +28,42 @@ def test_the_other_runtime_is_not_loaded_past_the_budget_and_loads_within_it(mon
     assert loaded == [("qwen2.5-coder-0.5b", "llamacpp")]
 
 
-def test_where_the_budget_holds_one_runtime_the_program_runs_the_target_alone(monkeypatch):
-    notes = []
+def test_where_llamacpp_was_kept_first_the_program_loads_first_if_the_budget_holds_it(monkeypatch):
     monkeypatch.setattr(assemble, "load_choice",
                         lambda _name: {"predicted_tokens_per_s": {"executorch": 9.0, "llamacpp": 10.0}})
     monkeypatch.setattr(assemble, "resident_estimate", lambda _name, _runtime: 512 << 20)
     spec = PairSpec("smollm2-135m", "qwen2.5-coder-1.5b")
     mib = rss_bytes() >> 20
 
-    def alone(**kw) -> bool:
-        return assemble._program_alone(spec, Runtime(**kw), notes.append)
+    def first(**kw) -> bool:
+        return assemble._program_first(spec, Runtime(**kw))
 
-    assert alone(target="llamacpp", max_memory_mib=mib + 768)  # one fits, not both
-    assert "the program alone runs the target" in notes[-1]
-    assert not alone(target="llamacpp", max_memory_mib=mib + 2048)  # both fit: the router keeps both
-    assert not alone(target="llamacpp", max_memory_mib=mib + 256)  # not even the program: as it was
-    assert not alone(target="llamacpp") and not alone(target="executorch", max_memory_mib=mib + 768)
-    assert len(notes) == 1
+    assert first(target="llamacpp") and first(target="llamacpp", max_memory_mib=mib + 768)
+    assert not first(target="llamacpp", max_memory_mib=mib + 256)  # not even the program: llama.cpp, alone
+    assert not first(target="executorch")  # the program was kept first anyway
+    monkeypatch.setattr(assemble, "load_choice", lambda _name: {"predicted_tokens_per_s": {"llamacpp": 10.0}})
+    assert not first(target="llamacpp")  # no program timed here
+
+
+def test_llamacpp_beside_the_program_waits_to_be_loaded_where_its_cost_model_is_kept(monkeypatch, tmp_path):
+    from omnidraft.decode.target import LocalTarget
+    from omnidraft.pairs.cost import CostModel
+    from omnidraft.pairs.cost_store import CostRecord, cost_file, write
+    from omnidraft.pairs.deferred import waiting
+    from omnidraft.pairs.timing import WIDTHS, measured_on
+
+    loaded = []
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    monkeypatch.setattr(assemble, "load_choice", lambda _name: {"predicted_tokens_per_s": {"executorch": 9.0,
+                                                                                          "llamacpp": 10.0}})
+    monkeypatch.setattr(assemble, "resident_estimate", lambda _name, _runtime: 512 << 20)
+    monkeypatch.setattr(assemble, "local_target", lambda *a, **_kw: loaded.append(a))
+    spec = PairSpec("smollm2-135m", "qwen2.5-coder-0.5b")
+    model = CostModel({w: 30.0 + w for w in WIDTHS}, drafter_ms=5.0, read_ms=1.0)
+    write(cost_file(spec.name, "llama.cpp"), CostRecord(model, [], [], measured_on("llama.cpp qwen2 0.5B Q8_0",
+                                                                                 "transformers fp32")))
+    first = Route("executorch", LocalTarget(object()), None)
+    routes = assemble._routes(first, spec, None, Runtime(), False, print)
+    assert [r.runtime for r in routes] == ["executorch", "llamacpp"] and routes[0] is first
+    assert waiting(routes[1].target.model) and loaded == []
+    assert routes[1].draft_length.model.verify_ms == model.verify_ms  # the kept cost model, unloaded
