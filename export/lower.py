@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import torch
 
 from omnidraft.errors import OmniDraftError
+from omnidraft.models.catalog import sha256_file
 
 from .adapter_data import ptd_entries, read_ptd_keys, write_ptd
 from .embedding8 import embeddings_at_8_bits
@@ -250,7 +251,8 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
                 passes=init, run_reinplace_pass=True,
                 memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=len(names) > 1)))
         tmp = out_dir / "program.pte.tmp"
-        tmp.write_bytes(et.buffer)
+        with open(tmp, "wb") as f:  # written piece by piece: et.buffer would join the pieces in one copy (1.8 GB)
+            et.write_to_file(f)
         et.write_tensor_data_to_file(str(out_dir))  # base.ptd, with the export-time values
         got = read_ptd_keys(out_dir / "base.ptd")
         in_pte = set(getattr(getattr(et, "_named_data", None), "pte_data", None) or {})
@@ -272,17 +274,17 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
     write_ptd(*ptd_entries(real, ptd_keys), out_dir / "base.ptd")
     tmp.replace(out_dir / "program.pte")
     info = ProgramInfo(
-        program_id=hashlib.sha256(et.buffer).hexdigest()[:16], config=asdict(cfg),
+        program_id=sha256_file(out_dir / "program.pte")[:16], config=asdict(cfg),
         vocab_size=program.vocab_size, hidden_size=int(program.lm.config.hidden_size),
         max_seq=cfg.max_seq, adapter_keys={n: [list(t.shape), str(t.dtype).removeprefix("torch.")]
                                            for n, t in adapter.items()},
         ptd_keys=ptd_keys, decode_window=window if "decode" in names else 0,
         max_rows=max_rows(cfg.max_seq) if program.all_logits else 0,
         export_seconds=round(time.perf_counter() - t0, 1),
-        pte_bytes=len(et.buffer), versions=_versions(), eos_ids=_eos_ids(program.lm))
+        pte_bytes=(out_dir / "program.pte").stat().st_size, versions=_versions(), eos_ids=_eos_ids(program.lm))
     info.save(out_dir / "program.json")
     n_del = sum(1 for keys in ptd_keys.values() if any(k not in adapter for k in keys))
-    log(f"export: wrote {out_dir / 'program.pte'} ({len(et.buffer) / 2**20:.1f} MiB) and base.ptd "
+    log(f"export: wrote {out_dir / 'program.pte'} ({info.pte_bytes / 2**20:.1f} MiB) and base.ptd "
         f"({len(adapter)} adapter tensors, {n_del} read inside XNNPACK) in {info.export_seconds:.0f} s")
     return info
 
