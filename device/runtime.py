@@ -102,7 +102,8 @@ class ExecuTorchLM:
         """Free the loaded program (its packed weights and caches); the next ``load_adapter`` loads
         one again, or, if that fails, the adapter that ran before."""
         self.tokens = []
-        self.program = self.method = self.decode = None
+        self.method = self.decode = None
+        self.program = None  # last: its lifetime is what device/weight_sharing.py watches
 
     def _load(self, ptd: Path) -> None:
         """Load program.pte with ``ptd``'s weights and both its methods."""

@@ -26,7 +26,8 @@ from typing import Callable, TypeVar
 from .xnnpack_options import weight_cache
 
 T = TypeVar("T")
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _held (a finalizer may release from any thread)
+_loading = threading.Lock()
 _held: dict[tuple[frozenset, tuple], int] = {}  # (.ptd keys, the .ptd version) -> cached loads alive
 
 
@@ -58,18 +59,19 @@ def load_shared(keys, ptd: Path, load: Callable[[], T], owner: Callable[[T], obj
     whose lifetime is the program's) is freed.
     Where the runtime does not take the option, every load packs its own weights."""
     keys, version = frozenset(keys), _version(ptd)
-    shared = _admit(keys, version)
-    if shared and not weight_cache(True):
-        _release(keys, version)
-        shared = False
-    if not shared:
-        weight_cache(False)
-    try:
-        loaded = load()
-    except BaseException:
-        if shared:
+    with _loading:  # the option is the runtime's, for whichever load comes next: one load at a time
+        shared = _admit(keys, version)
+        if shared and not weight_cache(True):
             _release(keys, version)
-        raise
+            shared = False
+        if not shared:
+            weight_cache(False)
+        try:
+            loaded = load()
+        except BaseException:
+            if shared:
+                _release(keys, version)
+            raise
     if shared:
         weakref.finalize(owner(loaded), _release, keys, version)
     return loaded
