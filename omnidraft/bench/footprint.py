@@ -19,8 +19,8 @@ A server row reports its RSS once serving (``ready``), its peak while answering 
 idle after the answers (``steady``), the daemon it started apart (its own peak), its RSS split by
 what holds it (omnidraft/measure/resident.py) and its tokens/s over the answers (speed must not
 drop as memory does). A process row reports the largest peak RSS (VmHWM) of any process of its tree and the largest sum
-of the tree's RSS, both sampled every half second (children that run side by side, such as the two
-program exports of a pairing, add up).
+of the tree's PSS, both sampled every half second (children that run side by side, such as the two
+program exports of a pairing, add up; the pages a forked child shares with its parent count once).
 
 Knows processes and /proc; nothing about what the parts inside them are.
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from omnidraft.errors import OmniDraftError
-from omnidraft.measure.resident import resident
+from omnidraft.measure.resident import proportional, resident
 from omnidraft.models.budget import status
 
 ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair")
@@ -172,16 +172,19 @@ def _process_row(name: str, opts: FootprintOptions, log) -> dict:
 
 def peak_of(argv: list[str], env: dict | None = None) -> tuple[int, int, float]:
     """Run ``argv`` to its end: (the largest VmHWM any process of its tree reached, the largest sum of
-    the tree's RSS, both read every SAMPLE_S; seconds). Not the kernel's ru_maxrss: a child forked
+    the tree's PSS (measure/resident.py ``proportional``: shared pages counted once), both read every
+    SAMPLE_S; seconds). Not the kernel's ru_maxrss: a child forked
     from a large process (a test worker) inherits its parent's high-water mark across exec. A
     failure is an error with its last line of output."""
     t0, peak, tree = time.perf_counter(), 0, 0
     with tempfile.TemporaryFile("w+") as err:  # its progress lines, read back only if it fails
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
         while proc.poll() is None:
-            now = [status(p) for p in (proc.pid, *children(proc.pid))]
+            pids = (proc.pid, *children(proc.pid))
+            now = [status(p) for p in pids]
             peak = max(peak, *(s.get("VmHWM", 0) for s in now))
-            tree = max(tree, sum(s.get("VmRSS", 0) for s in now))
+            if sum(s.get("VmRSS", 0) for s in now) > tree:  # PSS <= RSS: read it (page tables walked) only then
+                tree = max(tree, sum(proportional(p) for p in pids))
             time.sleep(SAMPLE_S)
         if proc.returncode != 0:
             err.seek(0)
@@ -221,7 +224,7 @@ def markdown(result: dict) -> list[str]:
                                                      sorted(row["parts"].items(), key=lambda kv: -kv[1]) if v > 5e6))
         else:
             md.append(f"| {name} (`{row['command']}`, {row['seconds']} s) | | {_gb(row['peak_bytes'])} "
-                      f"(its tree at once: {_gb(row['tree_peak_bytes'])}) | | | |")
+                      f"(its tree at once, PSS: {_gb(row['tree_peak_bytes'])}) | | | |")
     return md + (["", "Steady RSS by what holds it:", "", *parts] if parts else [])
 
 

@@ -46,3 +46,17 @@ def resident(pid: int | str = "self") -> dict[str, int]:
     if not now:
         return {}
     return {**parts, "total": now["VmRSS"], "peak": now["VmHWM"]}
+
+
+def proportional(pid: int | str = "self") -> int:
+    """Process ``pid``'s proportional set size (PSS): its resident pages, each shared one divided
+    among the processes that map it, so that a tree's sum is the memory it holds at once (forked
+    children's copy-on-write pages and a mapped file counted once); 0 where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
