@@ -231,15 +231,16 @@ class OnlineTrainer:
 
     # ------------------------------------------------------------------ updates
     def step(self, records: list[Record]) -> dict:
-        """One AdamW step on one batch: its gradient summed over pieces of MICRO records (the
-        loss is a sum of each record's terms, so the step is the whole batch's; only a piece's
+        """One AdamW step on one batch: on the CPU its gradient summed over pieces of MICRO records
+        (the loss is a sum of each record's terms, so the step is the whole batch's; only a piece's
         activations are held for its backward at a time), then divided by the batch's positions."""
         self.model.train()
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         total, sums = 0.0, {}
-        for i in range(0, len(records), MICRO):
-            piece, got = self._sums(records[i:i + MICRO])
+        micro = MICRO if model_device(self.model).type == "cpu" else len(records)  # an accelerator: at once
+        for i in range(0, len(records), micro):
+            piece, got = self._sums(records[i:i + micro])
             if piece.requires_grad:
                 piece.backward()
             total += float(piece.detach())
