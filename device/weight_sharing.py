@@ -6,9 +6,9 @@ loads of one program with different .ptd files alive at once must not both use i
 would run the first's packed LoRA weights (keys are content hashes of the values exported, so two
 programs exported with the same initial adapter values share them too). A load is admitted to the
 cache unless a load whose .ptd keys meet its own runs another .ptd and holds it now (the load then
-packs its own copy); an admitted load
-holds it until its program is freed, and once none holds it the next version is admitted (the
-cache's entries go with the last program that used them: tests/device/test_weight_sharing.py).
+packs its own copy); an admitted load holds it until its program is freed, and once none holds it
+the next version is admitted (the cache's entries go with the last program that used them:
+tests/device/test_device.py checks both).
 
 Measured on the AMD EPYC (AVX-512), 2 cores, the smollm2-135m drafter program: 0.69 -> 0.54 GB
 resident after load alone, a twin with the same adapter +0.12 GB where it packed its own +0.45.
