@@ -102,5 +102,11 @@ class Slots:
             release = getattr(lm, "release", None)
             if callable(release):
                 release()
-        for lm in lms:
-            lm.load_adapter(ptd)
+        try:
+            for lm in lms:
+                lm.load_adapter(ptd)
+        except BaseException:  # a bad .ptd: every instance still released runs its adapter again
+            for lm in lms:
+                if getattr(lm, "program", True) is None and lm.ptd is not None:
+                    lm.load_adapter(lm.ptd)
+            raise

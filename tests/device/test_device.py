@@ -173,6 +173,11 @@ def test_loads_of_one_adapter_share_packed_weights_and_another_version_packs_its
         slots.use(i)
         assert torch.equal(logits(slots), want[v2])
     assert torch.equal(logits(other), want[v2])
+    with pytest.raises(OmniDraftError, match="adapter file not found"):
+        slots.load_adapter(root / "missing.ptd")  # every slot released first: each runs v2 again
+    for i in range(2):
+        slots.use(i)
+        assert torch.equal(logits(slots), want[v2])
 
 
 def test_an_adapter_swap_holds_one_program_and_a_failed_one_keeps_the_running_adapter(exported, monkeypatch):
