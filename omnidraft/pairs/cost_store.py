@@ -113,6 +113,11 @@ class CostFile:
             dl.reestimate()
 
 
+def _complete(saved: CostRecord) -> bool:
+    """Whether ``saved`` holds every width of WIDTHS and a timed prompt read (else it is timed again)."""
+    return set(WIDTHS) <= set(saved.model.verify_ms) and bool(saved.model.read_ms)
+
+
 def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None) -> tuple[CostModelK, CostFile]:
     """The pair's CostModelK on these runtimes: what an earlier session or `omnidraft pair` kept in
     the pair's folder when measured on the same runtimes, CPU and threads, else measured now (a
@@ -121,7 +126,7 @@ def for_pair(pair_name: str, target, drafter, eager_dtype: str, progress=None) -
     on = measured_on(runtime_name(target, eager_dtype), runtime_name(drafter, "fp32"))
     path = cost_file(pair_name, on["target_runtime"])
     saved = load(path, on)
-    if saved is None or not set(WIDTHS) <= set(saved.model.verify_ms) or not saved.model.read_ms:
+    if saved is None or not _complete(saved):
         saved = CostRecord(measure(target, drafter, WIDTHS, reps=REPS, progress=progress),
                            saved.reached if saved else [], saved.accepted if saved else [], on)
         saved, _ = write(path, saved)
@@ -137,6 +142,6 @@ def kept_for(pair_name: str, target_runtime: str, drafter) -> tuple[CostModelK, 
     here = measured_on(target_runtime, runtime_name(drafter, "fp32"))
     if (saved is None or not str(saved.on.get("target_runtime", "")).startswith(target_runtime)
             or {**saved.on, "target_runtime": target_runtime} != here
-            or not set(WIDTHS) <= set(saved.model.verify_ms) or not saved.model.read_ms):
+            or not _complete(saved)):
         return None
     return CostModelK(saved.model, saved.reached, saved.accepted), CostFile(path, saved.on, saved.copy())
