@@ -21,6 +21,7 @@ from omnidraft.mapped_files import drop, mappings
 from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import Forward
 
+from .page_locks import unlocked
 from .threads import ensure_pool, program_call
 from .weight_sharing import load_shared
 
@@ -119,10 +120,11 @@ class ExecuTorchLM:
         # program alive runs another adapter (device/weight_sharing.py; the 1.5B target alone:
         # 5.17 -> 3.68 GB resident, load 25 -> 10 s, the same ids and decode speed)
         def load():
-            program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
-            # both methods share the caches; load every one now (loading one initialises them)
-            return (program, program.load_method("forward"),
-                    program.load_method("decode") if self.info.decode_window else None)
+            with unlocked():  # the file's pages read in as calls touch them (device/page_locks.py)
+                program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
+                # both methods share the caches; load every one now (loading one initialises them)
+                return (program, program.load_method("forward"),
+                        program.load_method("decode") if self.info.decode_window else None)
 
         try:
             # the keys XNNPACK reads (content keys); a value read by name (its FQN) is not packed
@@ -133,9 +135,9 @@ class ExecuTorchLM:
                                  "re-export the program with this executorch version (it needs the "
                                  "LLM custom ops and, when quantised, the quantized kernels)") from err
         self.program, self.method, self.decode, self.ptd = program, method, decode, ptd
-        # what XNNPACK did not pack stays mapped from the file, every page read in and locked by
-        # the loader (the 8-bit token embedding: 0.23 GB of the 1.5B's, again in each twin's
-        # mapping); handed back to the page cache, only the rows a call reads come back
+        # what XNNPACK did not pack stays mapped from the file (the 8-bit token embedding: 0.23 GB
+        # of the 1.5B's, in each twin's mapping); any page of it the load read in is handed back to
+        # the page cache, and only the rows a call reads come back
         pte = os.path.realpath(self.dir / "program.pte")
         drop(mappings(lambda path: path == pte))
         self.load_seconds = time.perf_counter() - t0
@@ -173,6 +175,12 @@ class ExecuTorchLM:
             parts = [self.extend(ids[i:i + rows], hidden=hidden) for i in range(0, k, rows)]
             cat = lambda name: None if getattr(parts[0], name) is None else torch.cat([getattr(p, name) for p in parts])
             return Forward(logits=cat("logits"), hidden=cat("hidden"), accept=parts[-1].accept)
+        width = self.info.max_width or self.max_length
+        if k > width:  # more tokens than a call reads (only the last position's logits asked): in pieces
+            last = k - (k - 1) % width - 1  # where the last piece starts
+            for i in range(0, last, width):
+                self.extend(ids[i:i + width], last_only=True)
+            return self.extend(ids[last:], hidden=hidden, last_only=True)
         inputs = [torch.tensor([ids], dtype=torch.long),  # [1, k]
                   torch.tensor([self.length], dtype=torch.long)]  # [1]
         if every:  # [R]: the positions whose logits the program computes

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from omnidraft.errors import OmniDraftError
 
-FORMAT = 4  # 3: a target program takes the positions whose logits to return and is batch-invariant;
-# 4: it returns at most max_rows of them a call, and every program's token embedding is int8
-TARGET_FORMATS = (3, 4)  # what loads (format 3: max_rows is max_seq); an older one is rebuilt by `omnidraft pair`
-DRAFTER_FORMATS = (2, 3, 4)  # drafter programs did not change from format 2 but for the int8 embedding
+FORMAT = 5  # 3: a target program takes the positions whose logits to return and is batch-invariant;
+# 4: it returns at most max_rows of them a call, and every program's token embedding is int8;
+# 5: a call reads at most max_width tokens, and its caches are planned once (export/planning.py)
+TARGET_FORMATS = (3, 4, 5)  # what loads (format 3: max_rows is max_seq); an older one is rebuilt by `omnidraft pair`
+DRAFTER_FORMATS = (2, 3, 4, 5)  # drafter programs did not change from format 2 but for the int8 embedding
 
 
 @dataclass
@@ -37,6 +38,7 @@ class ProgramInfo:
     eos_ids: list[int] = field(default_factory=list)  # the model's generation_config EOS ids
     decode_window: int = 0  # > 0: a target's one-token method "decode" reads the first this many slots
     max_rows: int = 0  # a target's most positions' logits a call (0: max_seq, as before format 4)
+    max_width: int = 0  # the most tokens a call reads (0: max_seq, as before format 5)
 
     @property
     def role(self) -> str:

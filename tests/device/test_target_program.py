@@ -125,6 +125,27 @@ def test_a_call_for_more_positions_than_the_program_returns_goes_in_pieces_with_
     assert torch.equal(wide.logits, pieces)
 
 
+def test_a_prompt_longer_than_a_call_reads_goes_in_pieces_with_the_same_last_logits(quantised_target):
+    """A program's call reads at most max_width tokens (its planned memory is sized for that); a
+    longer prompt is read in pieces, and the last position's logits (and the cache after) are
+    the ones one wide call gives. The width is lowered here: the tiny program's is its max_seq."""
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, out, info = quantised_target
+    assert info.max_width == min(256, info.max_seq) and info.current
+    lm = ExecuTorchLM(out)
+    ids = [int(x) for x in torch.randint(0, 150000, (41,), generator=torch.Generator().manual_seed(5))]
+    whole = lm.extend(ids[:40], last_only=True).logits
+    after = lm.extend(ids[40:]).logits
+    lm.reset()
+    lm.info.max_width = 16
+    widths = []
+    lm.method = _Recorded(lm.method, widths)
+    pieces = lm.extend(ids[:40], last_only=True).logits
+    assert widths == [16, 16, 8] and lm.length == 40
+    assert torch.equal(pieces, whole) and torch.equal(lm.extend(ids[40:]).logits, after)
+
+
 class _Recorded:
     """A program method that appends each call's width (tokens fed) to ``widths``."""
 
