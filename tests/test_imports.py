@@ -14,7 +14,8 @@ PACKAGES = {"omnidraft": "omnidraft", "omnidraft.device": "device", "omnidraft.e
             "omnidraft.adapters": "adapters"}  # pyproject.toml's package-dir
 # The floors, from the ground up (docs/layout.md): a package (or a module directly under omnidraft/)
 # imports only what stands on a lower floor. A new package must be given its floor here.
-FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.quiet", "omnidraft.mapped_files"],
+FLOORS = [["omnidraft.errors", "omnidraft.home", "omnidraft.fsio", "omnidraft.quiet", "omnidraft.mapped_files",
+           "omnidraft.heap"],
           ["omnidraft.sampling", "omnidraft.turns", "omnidraft.generating", "omnidraft.prompts", "omnidraft.models", "omnidraft.translate", "omnidraft.adapters",
            "omnidraft.memory"],
           ["omnidraft.copy_prompts", "omnidraft.conversations", "omnidraft.recurring",
