@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +82,14 @@ class ServeConfig:
                                  "pass --api-key or set OMNIDRAFT_API_KEY")
 
 
+def _exit_on_term(signum, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 def serve(cfg: ServeConfig, model: str, make_session, prepare=None) -> int:
     """Serve until interrupted: ``make_session()`` builds the Session (in the background), its
     model listed as ``model``, after ``prepare(say)`` (a first start's pairing, jobs/first_start.py:
@@ -109,6 +119,9 @@ def serve(cfg: ServeConfig, model: str, make_session, prepare=None) -> int:
 
     runner.on_ready = ready
     _note(f"loading {model} (GET /health answers 503 until ready)")
+    # uvicorn shuts down on SIGTERM, then raises it again under the handler it found: by default
+    # that ended the process before the daemon was stopped (it trained on, 11-14 s, parentless)
+    terminated = signal.signal(signal.SIGTERM, _exit_on_term) if _main_thread() else None
     try:
         server.run()
     finally:
@@ -116,6 +129,8 @@ def serve(cfg: ServeConfig, model: str, make_session, prepare=None) -> int:
             daemon.stop()
         if runner.session is not None:
             runner.session.close()
+        if terminated is not None:
+            signal.signal(signal.SIGTERM, terminated)
     if runner.failed:
         raise OmniDraftError(runner.failed)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -113,9 +114,13 @@ def padded_batch(records: list[Record], max_tokens: int) -> tuple[list[Record], 
 class OnlineTrainer:
     """``model``: an HF causal LM (already wrapped with LoRA for method 'lora')."""
 
-    def __init__(self, model: torch.nn.Module, cfg: TrainConfig, ranker: torch.nn.Module | None = None):
-        """``ranker``: a specvocab.SpecVocabHead trained alongside (lambda * KL to the full head)."""
+    def __init__(self, model: torch.nn.Module, cfg: TrainConfig, ranker: torch.nn.Module | None = None,
+                 between: Callable[[], None] | None = None):
+        """``ranker``: a specvocab.SpecVocabHead trained alongside (lambda * KL to the full head).
+        ``between``: called between a step's pieces (the daemon's wait while anything generates:
+        a piece takes about a second on two cores, a step of eight several)."""
         self.cfg = cfg
+        self.between = between
         self.model = model
         self.ranker = ranker
         params = [p for p in model.parameters() if p.requires_grad]
@@ -240,6 +245,8 @@ class OnlineTrainer:
         total, sums = 0.0, {}
         micro = MICRO if model_device(self.model).type == "cpu" else len(records)  # an accelerator: at once
         for i in range(0, len(records), micro):
+            if i and self.between is not None:
+                self.between()
             piece, got = self._sums(records[i:i + micro])
             if piece.requires_grad:
                 piece.backward()

@@ -201,7 +201,7 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
     t0 = time.perf_counter()
     before = match_hits(model, held) if held else None
     model.train()
-    trainer = AdaptiveTrainer(OnlineTrainer(model, cfg.train), HeadTrainer(head, model, cfg.head), "interleaved")
+    trainer = AdaptiveTrainer(OnlineTrainer(model, cfg.train, between=wait_if_paused), HeadTrainer(head, model, cfg.head), "interleaved")
     for n, (rid, _prompt, data) in enumerate(schedule):
         if wait_if_paused:
             wait_if_paused()

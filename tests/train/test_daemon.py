@@ -157,3 +157,26 @@ def test_a_daemon_its_server_started_ends_with_the_server_even_killed(tmp_path, 
         server.kill()
         if pid is not None and not _gone(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_server_stopped_by_sigterm_stops_the_daemon_it_started(tmp_path, monkeypatch):
+    """`omnidraft serve`'s own shutdown: uvicorn handles the SIGTERM and raises it again once shut
+    down; the server must still stop its daemon on the way out, not leave it training parentless."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
+    script = ("import sys\nfrom types import SimpleNamespace\nfrom omnidraft.serve.server import ServeConfig, serve\n"
+              "session = SimpleNamespace(log=object(), slots=1, close=lambda: None)\n"
+              "sys.exit(serve(ServeConfig(port=0), 'stub', lambda: session))")
+    server = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ), stderr=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        _until(lambda: "serving stub" in server.stderr.readline(), 120, "the server ready")
+        pid = _until(lambda: _status(home).get("pid") if _status(home).get("state") == "idle" else None, 120,
+                     "the daemon up")
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=10) == 128 + signal.SIGTERM
+        assert _gone(pid)  # stopped by the server before it exited
+    finally:
+        server.kill()
+        if pid is not None and not _gone(pid):
+            os.kill(pid, signal.SIGKILL)

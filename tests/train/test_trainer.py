@@ -113,7 +113,8 @@ def test_adapter_store_round_trip_and_switching(setup, tmp_path):
 @pytest.mark.parametrize("loss", ["dm+ngram", "dm+approx"])
 def test_a_step_taken_in_pieces_of_records_is_the_whole_batchs_step(setup, monkeypatch, loss):
     """A step sums its gradient over pieces of MICRO records (only a piece's activations held at a
-    time): the same gradient and loss as the whole batch at once, to float rounding."""
+    time): the same gradient and loss as the whole batch at once, to float rounding; ``between``
+    (the daemon's wait while anything generates) runs between pieces."""
     from omnidraft.train import trainer
 
     d, _, _, records = setup
@@ -123,7 +124,9 @@ def test_a_step_taken_in_pieces_of_records_is_the_whole_batchs_step(setup, monke
         torch.manual_seed(0)
         cfg = TrainConfig(loss=loss, lr=1e-3)
         model = attach_lora(copy.deepcopy(d.model), cfg)
-        info = OnlineTrainer(model, cfg).step(records)
+        waits = []
+        info = OnlineTrainer(model, cfg, between=lambda: waits.append(1)).step(records)
+        assert len(waits) == len(records) // micro - 1
         got[micro] = info, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     (whole, g_whole), (pieces, g_pieces) = got[len(records)], got[1]
     assert whole["positions"] == pieces["positions"] > 20 and whole["loss"] == pytest.approx(pieces["loss"], rel=1e-5)
