@@ -89,6 +89,8 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
     used = with_use(session, prompts, max_new_tokens, llama, rows, say, err, show)
 
     say("\none training round on the logged verifications ...")
+    if llama is not None:  # nothing generates while the round trains: llama.cpp's copy is let go meanwhile
+        llama.close()
     cfg = RoundConfig.from_dict({"min_records": 2, "train": {"update_interval": 2, "batch_size": 2}})
     result = run_round(session.spec, session.log, session.store, load_model(DEFAULT_DRAFTER, dtype="fp32").model,
                        cfg, progress=lambda m: err(f"\r  {m}", end=""))
@@ -99,6 +101,7 @@ def demo(*, prompts: int = 4, max_new_tokens: int = 48, calibration_s: float = 6
                   f"{result['acceptance_before']:.3f} -> {result['acceptance_after']:.3f}, p = "
                   f"{result['guard_p_worse']:.2g}" if result.get("held_out") else "no held-out records yet")
         say(f"  published {result['version']} ({judged})")
+        llama = baseline(session, say) if llama is not None else None
         with session.unlogged():
             after = measure(session, shown, max_new_tokens=max_new_tokens, ar=True, say=err, label="after training",
                             llamacpp=llama)

@@ -35,6 +35,10 @@ class LlamaCppAlone:
                          verbose=False, draft_model=draft_model)
         self.stop = set(stop) | eog_ids(self.llm)
 
+    def close(self) -> None:
+        """Free the model and its context now (the GGUF's mapping, the caches)."""
+        self.llm.close()
+
     def stream_alone(self, prompt_ids: list[int], max_new_tokens: int) -> Generator[str, None, Alone]:
         """Yield the text as llama.cpp generates it; return the whole (a Session's engine protocol)."""
         if len(prompt_ids) + max_new_tokens > self.n_ctx:
