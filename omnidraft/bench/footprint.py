@@ -40,7 +40,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.measure.resident import proportional, resident
 from omnidraft.models.budget import status
 
-ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair")
+ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair", "demo")
 DEFAULT_ROWS = ("serve", "serve-target", "llama-server", "generate")
 IDLE_S = 3.0  # after the last answer, before the steady reading
 SAMPLE_S = 0.5  # between readings of a process tree's RSS
@@ -104,7 +104,7 @@ def run_footprint(opts: FootprintOptions, *, out: str | Path = "bench/results", 
     for name in opts.rows:
         log(f"{name}: starting")
         try:
-            got = (_process_row if name in ("generate", "pair") else _server_row)(name, opts, log)
+            got = (_process_row if name in ("generate", "pair", "demo") else _server_row)(name, opts, log)
         except OmniDraftError as err:  # a finding too: a budget the pair does not fit, say
             result["rows"][name] = {"error": err.problem}
             log(f"{name}: {err.problem}")
@@ -158,14 +158,15 @@ def _process_row(name: str, opts: FootprintOptions, log) -> dict:
     if name == "generate":
         cmd = ["generate", "--drafter", opts.drafter, "--target", opts.target, "--prompt", PROMPT,
                "--max-new-tokens", str(opts.max_new_tokens), "--no-log", "--threads", str(opts.threads)]
-    else:  # pair, in a scratch home: the programs are exported there again
+    else:  # pair, or the demo (README command 1), in a scratch home: the programs are exported there again
         root = scratch_home(home() / "footprint-runs" / time.strftime("%Y%m%d-%H%M%S"))
         for linked in ("programs",):
             if (root / linked).is_symlink():
                 (root / linked).unlink()
         env["OMNIDRAFT_HOME"] = str(root)
-        cmd = ["pair", "--drafter", opts.drafter, "--target", opts.target, "--threads", str(opts.threads)]
-        log(f"pair: scratch home {root} (the programs are exported again)")
+        cmd = (["demo"] if name == "demo" else
+               ["pair", "--drafter", opts.drafter, "--target", opts.target, "--threads", str(opts.threads)])
+        log(f"{name}: scratch home {root} (the programs are exported there again)")
     peak, tree, seconds = peak_of([sys.executable, "-m", "omnidraft.cli", *cmd], env)
     return {"peak_bytes": peak, "tree_peak_bytes": tree, "seconds": seconds, "command": "omnidraft " + " ".join(cmd)}
 
