@@ -17,14 +17,23 @@ import torch.nn.functional as F
 from torch import nn
 
 
+ROWS = 4096  # rows quantised at a time (the 0.5B's whole table at once: four 0.54 GB temporaries)
+
+
 class Int8Embedding(nn.Module):
     """``nn.Embedding``'s lookup over int8 codes [V, H] and per-row fp32 scales [V, 1]."""
 
     def __init__(self, weight: torch.Tensor):  # weight [V, H], floating
         super().__init__()
-        w = weight.detach().float()
-        scales = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)  # [V, 1]
-        self.register_buffer("codes", torch.round(w / scales).clamp(-127, 127).to(torch.int8))  # [V, H]
+        w = weight.detach()
+        codes = torch.empty(w.shape, dtype=torch.int8)  # [V, H]
+        scales = torch.empty(w.shape[0], 1, dtype=torch.float32)  # [V, 1]
+        for i in range(0, w.shape[0], ROWS):  # a few rows at a time: no temporary the size of the table
+            part = w[i:i + ROWS].float()
+            s = (part.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+            scales[i:i + ROWS] = s
+            codes[i:i + ROWS] = torch.round(part / s).clamp(-127, 127)
+        self.register_buffer("codes", codes)
         self.register_buffer("scales", scales)
         self.dtype = weight.dtype
 
