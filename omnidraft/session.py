@@ -184,45 +184,43 @@ class Session:
         clipped to it. With several ``slots`` it runs on the slot whose caches hold the longest
         prefix of its prompt (pairs/conversations.py). ``memory_space``: the part of the pair's
         memory it recalls from and is remembered in (a server gives each API key its own)."""
-        try:
-            with self._turns.turn(), generating(), self.router.sampled(sampling):
-                messages = not isinstance(prompt, str)
-                chat = chat or messages
-                ids = encode_messages(self.target_tok, prompt) if messages else encode_prompt(self.target_tok, prompt,
-                                                                                             chat=chat)
-                slot = self.conversations.slot_for(ids)
-                fresh = ids[common_prefix(slot.context, ids):]  # what the memory does not hold of the prompt
-                stops = StopText(stop) if stop else None
-                if not self.alone:
-                    self._refresh()
-                pick = self.router.pick(ids, max_new_tokens, self.preamble, chat, stops is not None)
-                budget = check_budget(ids, max_new_tokens, pick.route.target, strict=strict)
-                cached = routing.cached(pick.route, ids)
-                result = None
-                try:
-                    if self.alone:
-                        result = yield from pieces_ar(pick.route.target, self.target_tok, ids, budget=budget,
-                                                      stops=stops)
-                    elif pick.route.alone:
-                        result = yield from pieces_engine(pick.route.target, self.target_tok, ids, max_new_tokens=budget)
-                    else:
-                        text = prompt[-1]["content"] if messages else prompt
-                        result = yield from self._pair_generation(pick, text, ids, drafter_prompt(
-                            self.draft_tok, self.target_tok, prompt, ids, chat=chat), budget,
-                            [] if messages else slot.turns, stops, fresh, memory_space)
-                finally:  # learnt n-grams and prices survive a generation closed early or interrupted
-                    if self.pair is not None and not pick.route.alone:
-                        self.pair.save()
-                    self.router.finish(pick, None if result is None else result.metrics)
-                result.metrics.update(adapter=self.version, target_runtime=pick.route.runtime,
-                                      exactness=exactness(pick.route.target), prompt_tokens=len(ids),
-                                      prompt_cached=cached, slot=self.conversations.at)
-                keep = self.lookup.max_tokens if self.lookup and not messages else 0
-                self.conversations.ran(slot, ids, result.token_ids, keep)
-                self.last = result
-                return result
-        finally:
-            trim()  # what the generation freed leaves the process (omnidraft/heap.py)
+        with self._turns.turn(), generating(), self.router.sampled(sampling):
+            messages = not isinstance(prompt, str)
+            chat = chat or messages
+            ids = encode_messages(self.target_tok, prompt) if messages else encode_prompt(self.target_tok, prompt,
+                                                                                         chat=chat)
+            slot = self.conversations.slot_for(ids)
+            fresh = ids[common_prefix(slot.context, ids):]  # what the memory does not hold of the prompt
+            stops = StopText(stop) if stop else None
+            if not self.alone:
+                self._refresh()
+            pick = self.router.pick(ids, max_new_tokens, self.preamble, chat, stops is not None)
+            budget = check_budget(ids, max_new_tokens, pick.route.target, strict=strict)
+            cached = routing.cached(pick.route, ids)
+            result = None
+            try:
+                if self.alone:
+                    result = yield from pieces_ar(pick.route.target, self.target_tok, ids, budget=budget,
+                                                  stops=stops)
+                elif pick.route.alone:
+                    result = yield from pieces_engine(pick.route.target, self.target_tok, ids, max_new_tokens=budget)
+                else:
+                    text = prompt[-1]["content"] if messages else prompt
+                    result = yield from self._pair_generation(pick, text, ids, drafter_prompt(
+                        self.draft_tok, self.target_tok, prompt, ids, chat=chat), budget,
+                        [] if messages else slot.turns, stops, fresh, memory_space)
+            finally:  # learnt n-grams and prices survive a generation closed early or interrupted
+                if self.pair is not None and not pick.route.alone:
+                    self.pair.save()
+                self.router.finish(pick, None if result is None else result.metrics)
+                trim()  # what the generation freed leaves the process (omnidraft/heap.py)
+            result.metrics.update(adapter=self.version, target_runtime=pick.route.runtime,
+                                  exactness=exactness(pick.route.target), prompt_tokens=len(ids),
+                                  prompt_cached=cached, slot=self.conversations.at)
+            keep = self.lookup.max_tokens if self.lookup and not messages else 0
+            self.conversations.ran(slot, ids, result.token_ids, keep)
+            self.last = result
+            return result
 
     def _pair_generation(self, pick: Pick, prompt: str, target_ids: list[int], draft_ids: list[int], budget: int,
                          earlier: list[int], stops: StopText | None, fresh: list[int],
