@@ -37,6 +37,7 @@ from .program import DraftProgram, has_llama_layers, is_adapter_param
 from .provenance import shared_provenance
 from .qc4w import per_channel_int4
 from .quant_fakes import shape_only_quant_ops
+from .quant_rows import rows_at_a_time
 from .two_methods import lower_methods
 from .xnnpack_passes import applicable_passes
 
@@ -160,7 +161,7 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
     def apply(config, chosen) -> None:  # a layer at a time, the file's pages of what it replaced handed back
         in_turn(lm, lambda selected: quantize_(lm, config, filter_fn=selected), chosen)
 
-    with torch.no_grad():
+    with torch.no_grad(), rows_at_a_time():
         if exact is not None:
             found = attach(lm, exact)
             apply(int4, lambda m, fqn: fqn in found)
