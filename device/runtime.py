@@ -21,6 +21,7 @@ from omnidraft.mapped_files import drop, mappings
 from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import Forward
 
+from .et_runtime import runtime
 from .page_locks import unlocked
 from .threads import ensure_pool, program_call
 from .weight_sharing import load_shared
@@ -108,20 +109,13 @@ class ExecuTorchLM:
 
     def _load(self, ptd: Path) -> None:
         """Load program.pte with ``ptd``'s weights and both its methods."""
-        from executorch.runtime import Runtime
-
         t0 = time.perf_counter()
-        # kernels the program calls outside XNNPACK: the LLM custom ops (KV-cache update,
-        # attention) and, for quantised programs, the quantised ops
-        import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
-        if self.info.config["quant"] != "fp32":
-            import executorch.kernels.quantized  # noqa: F401
         # one packed copy of each weight for both methods and every twin where no load of this
         # program alive runs another adapter (device/weight_sharing.py; the 1.5B target alone:
         # 5.17 -> 3.68 GB resident, load 25 -> 10 s, the same ids and decode speed)
         def load():
             with unlocked():  # the file's pages read in as calls touch them (device/page_locks.py)
-                program = Runtime.get().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
+                program = runtime().load_program(str(self.dir / "program.pte"), data_path=str(ptd))
                 # both methods share the caches; load every one now (loading one initialises them)
                 return (program, program.load_method("forward"),
                         program.load_method("decode") if self.info.decode_window else None)

@@ -115,11 +115,13 @@ def set_program_threads(threads: int) -> None:
     """ExecuTorch's thread pool (XNNPACK's and the custom ops' workers) to ``threads`` threads,
     when the ExecuTorch runtime is installed (otherwise nothing to set)."""
     try:
-        from executorch.extension.pybindings import portable_lib
+        from .et_runtime import portable_lib
+
+        lib = portable_lib()
     except ImportError:
         return
     with native_stderr_without(POOL_NOISE):
-        portable_lib._unsafe_reset_threadpool(threads)
+        lib._unsafe_reset_threadpool(threads)
     _pool["threads"] = threads
 
 

@@ -36,10 +36,13 @@ class _Span(ctypes.Structure):
 def _library():
     """libexecutorch.so as the bindings loaded it (one backend registry), or None; looked up once."""
     try:
-        import executorch.runtime  # loads the library and registers the backends
+        from .et_runtime import portable_lib
+
+        portable_lib()  # loads the library and registers the backends
+        import executorch
     except ImportError:
         return None
-    path = Path(executorch.runtime.__file__).resolve().parents[1] / "lib" / "libexecutorch.so"
+    path = Path(executorch.__path__[0]).resolve() / "lib" / "libexecutorch.so"
     try:
         lib = ctypes.CDLL(str(path))
         setter = lib._ZN10executorch7runtime10set_optionEPKcNS0_4SpanINS0_13BackendOptionEEE

@@ -19,6 +19,7 @@ import torch
 from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_path
 
+from .exir_parts import exir_parts
 from .info import ProgramInfo
 
 _PEFT_KEY = re.compile(r"^base_model\.model\.(.+)\.(lora_[AB])\.weight$")
@@ -26,8 +27,9 @@ _PEFT_KEY = re.compile(r"^base_model\.model\.(.+)\.(lora_[AB])\.weight$")
 
 def read_ptd_keys(path: Path) -> dict[str, list]:
     """{key: [shape, dtype name]} of a .ptd file; a clear error if it is not one."""
-    from executorch.exir._serialize._cord import Cord
-    from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+    with exir_parts():  # read by every program load: without the exporter
+        from executorch.exir._serialize._cord import Cord
+        from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
 
     try:
         payload = FlatTensorSerializer().deserialize(Cord(Path(path).read_bytes()))

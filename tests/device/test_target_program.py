@@ -218,3 +218,41 @@ def test_target_config_is_checked():
         ExportConfig(drafter="x", role="target", decode_window=100)
     with pytest.raises(OmniDraftError, match="role='target'"):
         export_target(tiny("qwen2", 300), "unused", ExportConfig(drafter="x"))
+
+
+_RUN_WITHOUT_EXPORTER = """
+import json, sys
+from omnidraft.device.runtime import ExecuTorchLM
+lm = ExecuTorchLM(sys.argv[1])
+ids = [int(lm.prefill([5, 17, 300, 4000]).logits[-1].argmax())]
+for _ in range(5):
+    ids.append(int(lm.extend([ids[-1]]).logits[-1].argmax()))
+heavy = [m for m in ("executorch.exir", "torch._dynamo", "torch._inductor", "torchao") if m in sys.modules]
+from executorch.exir import EdgeCompileConfig  # the real exporter still imports after it
+from executorch.exir._serialize import _cord
+print(json.dumps({"ids": ids, "heavy": heavy, "cord": _cord.Cord.__module__}))
+"""
+
+
+def test_a_program_runs_in_a_process_that_never_imports_the_exporter(quantised_target):
+    """The runtime's bindings, the .ptd check and the custom and quantised ops' kernels load without
+    executorch.exir's package (device/et_runtime.py, export/exir_parts.py): the same ids as here,
+    where the exporter is loaded; the exporter can still be imported after."""
+    import json
+    import subprocess
+    import sys
+
+    from omnidraft.device.runtime import ExecuTorchLM
+
+    _, prog, _ = quantised_target
+    done = subprocess.run([sys.executable, "-c", _RUN_WITHOUT_EXPORTER, str(prog)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    lm = ExecuTorchLM(prog)
+    ids = [int(lm.prefill([5, 17, 300, 4000]).logits[-1].argmax())]
+    for _ in range(5):
+        ids.append(int(lm.extend([ids[-1]]).logits[-1].argmax()))
+    assert got["ids"] == ids
+    assert got["heavy"] == [], f"imported by a run: {got['heavy']}"
+    assert got["cord"] == "executorch.exir._serialize._cord"
