@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from omnidraft.heap import trim
+
 from .two_cores import preprocess_on_two_cores
 
 Lowered = dict  # method name -> its lowered edge-dialect ExportedProgram
@@ -59,6 +61,7 @@ def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lo
             raise
         finally:  # always collected
             _, status = os.waitpid(pid, 0)
+        trim()  # what lowering ours freed goes back before the child's method is read in
         try:
             got = _load(path, done[mine]) if status == 0 and path.exists() else None
         except Exception:  # noqa: BLE001 - a program serde cannot read back: lowered here instead
