@@ -119,6 +119,7 @@ class Session:
             bound = MemoryConfig(max_bytes=runtime.memory_mib << 20)
             self.memories = Memories(pair_dir(self.spec.name) / "memory", bound, _note)
         self.memory_use = "on" if self.memories else "off"  # "read": recall without remembering (unlogged)
+        trim()  # what loading and timing the pair freed leaves the process (omnidraft/heap.py)
 
     # ------------------------------------------------------------------ what runs
     route = property(lambda self: self.router.route, doc="The Route the latest generation ran on (before any: the first).")

@@ -24,10 +24,16 @@ from omnidraft.decode.verify import Verdict, verify_greedy, verify_point_mass, v
 
 
 def topk_rows(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n, V] target logits -> ([n, k] ids, [n, k] probs) of the softmax (temperature 1)."""
-    p = torch.softmax(logits.float(), dim=-1)
-    probs, ids = torch.topk(p, k, dim=-1)
-    return ids, probs
+    """[n, V] target logits -> ([n, k] ids, [n, k] probs) of the softmax (temperature 1), ROWS
+    rows at a time: no [n, V] copy beside the logits (20 MB at 33 rows of a 151,936 vocabulary),
+    the same bits and nearly the speed of one batched softmax."""
+    tops = [torch.topk(torch.softmax(block.float(), dim=-1), k, dim=-1) for block in logits.split(ROWS)]
+    if len(tops) == 1:
+        return tops[0].indices, tops[0].values
+    return torch.cat([t.indices for t in tops]), torch.cat([t.values for t in tops])
+
+
+ROWS = 8  # rows of topk_rows' softmax at once
 
 
 class Target(Protocol):
