@@ -553,3 +553,32 @@ def test_two_sessions_of_a_pair_keep_both_their_acceptance_evidence(home, models
     assert sessions[1].draft_length.reached == saved["reached"]  # the last to save went on from the merge
     for s in sessions:
         s.close()
+
+
+def test_the_drafters_slots_share_a_cache_until_a_conversation_comes_back(home, models):
+    """With two slots, one conversation after another keeps one drafter cache; conversation A,
+    then B, then A's follow-up gives A's slot a drafter cache of its own (pairs/conversations.py),
+    and the answers stay the target's own greedy output."""
+    from dataclasses import replace
+
+    from omnidraft import Session
+    from omnidraft.models.budget import rss_bytes
+
+    drafter, target = models
+    s = Session(drafter, target, runtime=replace(FP32, max_memory_mib=(rss_bytes() >> 20) + 4096), log=False,
+                slots=2, k=4)
+    a1 = [{"role": "user", "content": "def add(a, b):\n    return a + b\nWhat does add do?"}]
+    first = s.generate(a1, max_new_tokens=8)
+    a2 = a1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "And sub?"}]
+    s.generate(a2, max_new_tokens=8)  # the same conversation: its slot, its cache
+    assert s.drafter.distinct == 1
+    b1 = [{"role": "user", "content": "The weather today is"}]
+    s.generate(b1, max_new_tokens=8)  # another conversation: the other slot, the same drafter cache
+    assert s.drafter.distinct == 1
+    a3 = a2 + [{"role": "assistant", "content": "sub subtracts."}, {"role": "user", "content": "And mul?"}]
+    got = s.generate(a3, max_new_tokens=8)
+    assert s.drafter.distinct == 2  # A came back: its slot's drafter cache is its own now
+    alone = Session(None, target, runtime=FP32, log=False)
+    assert got.token_ids == alone.generate(a3, max_new_tokens=8).token_ids
+    s.close()
+    alone.close()

@@ -36,30 +36,42 @@ class Slots:
     made while memory allows: a twin whose size (as the last one measured; before the first, this
     whole process's) would leave less than RESERVE of the machine's memory available, or pass
     ``budget`` (models/budget.py), is not made, and its slot shares an earlier slot's instance
-    (``distinct`` says how many there are; ``note`` hears why)."""
+    (``distinct`` says how many there are; ``note`` hears why, once). ``lazy``: every slot starts
+    on ``first``'s instance and gets a twin only when ``own`` asks (when conversations interleave:
+    pairs/conversations.py), so one conversation at a time never holds a second copy."""
 
-    def __init__(self, first: LM, n: int, note=None, budget: Budget = Budget()):
+    def __init__(self, first: LM, n: int, note=None, budget: Budget = Budget(), lazy: bool = False):
         if n < 1:
             raise ValueError(f"slots must be >= 1, got {n}")
-        self.lms: list[LM] = [first]
-        size = rss_bytes()  # what a twin may take: this process's size until one has been measured
-        for _ in range(n - 1):
-            mem = available_bytes()
-            short = (f"another would leave under {RESERVE:.0%} of memory free" if mem and mem[0] - size < RESERVE * mem[1]
-                     else "another would pass the memory budget" if not budget.allows(size) else None)
-            if short:
-                if note:
-                    note(f"{getattr(first, 'name', 'a model')}: {len(self.lms)} of {n} slots keep their own cache "
-                         f"({short}: {gib(size)} each); the others share them")
+        self.lms: list[LM] = [first] * n
+        self.at, self._note, self._budget, self._refused = 0, note, budget, False
+        self._size = rss_bytes()  # what a twin may take: this process's size until one has been measured
+        for i in range(1, 1 if lazy else n):
+            if not self.own(i):
+                self.lms[i:] = [self.lms[j % i] for j in range(i, n)]
                 break
-            before = rss_bytes()
-            made = twin(first)
-            if made is None:
-                break
-            size = max(0, rss_bytes() - before)
-            self.lms.append(made)
-        self.lms += [self.lms[i % len(self.lms)] for i in range(len(self.lms), n)]
-        self.at = 0
+
+    def own(self, i: int) -> bool:
+        """Slot ``i`` on an instance of its own, a new twin, if it shares one and memory allows;
+        True when it got one."""
+        if sum(lm is self.lms[i] for lm in self.lms) == 1:
+            return False
+        mem = available_bytes()
+        short = (f"another would leave under {RESERVE:.0%} of memory free" if mem and mem[0] - self._size < RESERVE * mem[1]
+                 else "another would pass the memory budget" if not self._budget.allows(self._size) else None)
+        if short:
+            if self._note and not self._refused:
+                self._note(f"{getattr(self.lms[0], 'name', 'a model')}: {self.distinct} of {len(self.lms)} slots keep "
+                           f"their own cache ({short}: {gib(self._size)} each); the others share them")
+            self._refused = True
+            return False
+        before = rss_bytes()
+        made = twin(self.lms[0])
+        if made is None:
+            return False
+        self._size = max(0, rss_bytes() - before)
+        self.lms[i] = made
+        return True
 
     @property
     def distinct(self) -> int:

@@ -1,7 +1,8 @@
 """A Session's conversation slots: each holds the target ids it last ran (prompt and answer), its
 earlier turns (text prompts copy from them) and when it last ran; with several slots, every local
 model (each route's target and the drafter) keeps one cache per slot (models/slots.py), so that
-interleaved conversations do not evict each other. A prompt runs on the slot that last ran the
+interleaved conversations do not evict each other (the drafter's slots share one cache until a
+conversation comes back to its slot: models/slots.py ``lazy``). A prompt runs on the slot that last ran the
 longest prefix of it beyond the chat template's preamble, else on the least recently used one
 (whose earlier turns it forgets). Every slot's caches start holding the preamble: the first chat
 prompt reads only its own turn, as later ones do, and a runtime not chosen yet is not priced for a
@@ -72,6 +73,10 @@ class Conversations:
         if held[best] <= len(self.preamble) and n > 1:
             best = min(range(n), key=lambda i: self.slots[i].used)
             self.slots[best].turns = []
+        elif best != self.at and self._drafter is not None and isinstance(self._drafter.lm, Slots):
+            drafter = self._drafter.lm
+            if drafter.lms[best] is drafter.lms[self.at]:  # it came back to a cache another one took over
+                drafter.own(best)
         self.use(best)
         return self.slots[best]
 

@@ -64,3 +64,19 @@ def test_twins_are_made_only_within_the_budget(monkeypatch):
     s = Slots(CausalLM(tiny("llama", 300, seed=3)), 3, note=notes.append, budget=tight)
     assert s.distinct == 1 and "memory budget" in notes[0]
     assert Slots(CausalLM(tiny("llama", 300, seed=3)), 3, budget=Budget(rss_bytes() * 8)).distinct == 3
+
+
+def test_lazy_slots_share_one_instance_until_a_slot_asks_for_its_own(monkeypatch):
+    from omnidraft.models import slots
+
+    monkeypatch.setattr(slots, "available_bytes", lambda: (90 << 30, 100 << 30))
+    lm = CausalLM(tiny("llama", 300, seed=3))
+    s = Slots(lm, 3, lazy=True)
+    assert s.shared and len(s.lms) == 3
+    s.extend([1, 2, 3])
+    assert s.own(1) and not s.own(1) and s.distinct == 2  # once: slot 1 is on its own instance now
+    s.use(1)
+    assert s.tokens == [] and inner(s) is not lm
+    s.extend([7])
+    s.use(2)
+    assert s.tokens == [1, 2, 3] and inner(s) is lm  # slot 2 still shares slot 0's
