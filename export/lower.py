@@ -176,7 +176,6 @@ def quantize(lm: torch.nn.Module, quant: str, group_size: int, skip: tuple[str, 
                 apply(int8, lambda m, fqn: base_linear(m, fqn) and fqn.endswith(eight_bit))
             apply(int4, lambda m, fqn: base_linear(m, fqn) and four_bit(m, fqn))
     own_memory(lm)  # the file the fp32 weights were mapped from is let go (export/mapped.py)
-    trim()  # the quantisation's freed temporaries go back before the export traces the model
 
 
 def _adapter_free_partitioner():
