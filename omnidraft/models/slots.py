@@ -73,6 +73,12 @@ class Slots:
         self.lms[i] = made
         return True
 
+    def came_back(self, i: int) -> None:
+        """Slot ``i`` is to run again after the slot running now took over the instance they share:
+        slot ``i`` gets its own (``own``)."""
+        if i != self.at and self.lms[i] is self.lms[self.at]:
+            self.own(i)
+
     @property
     def distinct(self) -> int:
         return len({id(lm) for lm in self.lms})

@@ -73,10 +73,8 @@ class Conversations:
         if held[best] <= len(self.preamble) and n > 1:
             best = min(range(n), key=lambda i: self.slots[i].used)
             self.slots[best].turns = []
-        elif best != self.at and self._drafter is not None and isinstance(self._drafter.lm, Slots):
-            drafter = self._drafter.lm
-            if drafter.lms[best] is drafter.lms[self.at]:  # it came back to a cache another one took over
-                drafter.own(best)
+        elif self._drafter is not None and isinstance(self._drafter.lm, Slots):
+            self._drafter.lm.came_back(best)  # its drafter cache its own once another took it over
         self.use(best)
         return self.slots[best]
 
