@@ -13,7 +13,9 @@ estimated. Each row is a process of its own, run as a user runs it:
 - ``generate``: one `omnidraft generate` of the pair (``--no-log``), start to exit;
 - ``pair``: `omnidraft pair` in a scratch home whose model folders are this home's (programs
   exported, vocabulary mapped, costs timed, calibrated: a fresh pairing). Not a default row: it
-  exports both programs (minutes).
+  exports both programs (minutes);
+- ``pair-next``: the same where the drafter's program is there already (README command 1, the
+  demo, built it): the pairing a user runs next, the target's program exported.
 
 A server row reports its RSS once serving (``ready``), its peak while answering (VmHWM) and once
 idle after the answers (``steady``), the daemon it started apart (its own peak), its RSS split by
@@ -40,7 +42,8 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.measure.resident import proportional, resident
 from omnidraft.models.budget import status
 
-ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair", "demo")
+ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair", "pair-next", "demo")
+PROCESS_ROWS = ("generate", "pair", "pair-next", "demo")
 DEFAULT_ROWS = ("serve", "serve-target", "llama-server", "generate")
 IDLE_S = 3.0  # after the last answer, before the steady reading
 SAMPLE_S = 0.5  # between readings of a process tree's RSS
@@ -104,7 +107,7 @@ def run_footprint(opts: FootprintOptions, *, out: str | Path = "bench/results", 
     for name in opts.rows:
         log(f"{name}: starting")
         try:
-            got = (_process_row if name in ("generate", "pair", "demo") else _server_row)(name, opts, log)
+            got = (_process_row if name in PROCESS_ROWS else _server_row)(name, opts, log)
         except OmniDraftError as err:  # a finding too: a budget the pair does not fit, say
             result["rows"][name] = {"error": err.problem}
             log(f"{name}: {err.problem}")
@@ -152,17 +155,25 @@ def _server_row(name: str, opts: FootprintOptions, log) -> dict | None:
 
 
 def _process_row(name: str, opts: FootprintOptions, log) -> dict:
+    from omnidraft.export.layout import program_dir
     from omnidraft.home import home, scratch_home
+    from omnidraft.pairs.programs import DRAFTER_QUANT, MAX_SEQ
 
     env = dict(os.environ)
     if name == "generate":
         cmd = ["generate", "--drafter", opts.drafter, "--target", opts.target, "--prompt", PROMPT,
                "--max-new-tokens", str(opts.max_new_tokens), "--no-log", "--threads", str(opts.threads)]
-    else:  # pair, or the demo (README command 1), in a scratch home: the programs are exported there again
+    else:  # a pairing, or the demo (README command 1), in a scratch home: the programs are exported there again
         root = scratch_home(home() / "footprint-runs" / time.strftime("%Y%m%d-%H%M%S"))
-        for linked in ("programs",):
-            if (root / linked).is_symlink():
-                (root / linked).unlink()
+        if (root / "programs").is_symlink():
+            (root / "programs").unlink()
+        if name == "pair-next":  # this home's drafter program, as the demo left it
+            drafter = program_dir(opts.drafter, DRAFTER_QUANT, MAX_SEQ)
+            if not (drafter / "program.pte").is_file():
+                raise OmniDraftError(f"footprint: pair-next needs {opts.drafter}'s program in this home",
+                                     f"run `omnidraft export --drafter {opts.drafter} --quant {DRAFTER_QUANT}`")
+            (root / "programs").mkdir()
+            (root / "programs" / drafter.name).symlink_to(drafter)
         env["OMNIDRAFT_HOME"] = str(root)
         cmd = (["demo"] if name == "demo" else
                ["pair", "--drafter", opts.drafter, "--target", opts.target, "--threads", str(opts.threads)])

@@ -1,8 +1,7 @@
 """Build the ExecuTorch programs a pair runs on (the drafter's and the target's), once.
 
-Missing programs are exported by `omnidraft export` in child processes, side by side (export is
-mostly single-threaded Python: on two cores two exports take about as long as one), while one
-status line shows each export's stage and time. A program that already exists is reused (one an
+Missing programs are exported by `omnidraft export` in child processes, one after the other
+(AT_ONCE), while one status line shows each export's stage and time. A program that already exists is reused (one an
 earlier version's export made is built again: export/info.py FORMAT); an export that fails is reported in one line and the pair runs that model on eager PyTorch (runtime
 ``auto``). Knows the program folders and the export command's stage lines; nothing about
 lowering itself (export/lower.py).
@@ -24,6 +23,10 @@ from omnidraft.pairs.build import TARGET_QUANT, is_remote
 
 DRAFTER_QUANT = "8da8w"
 MAX_SEQ = 1024
+# exports at a time: each lowers its two methods in two processes already; the drafter's and the
+# 1.5B target's side by side took 490 s against 545 one after the other, but 11.55 GB at once
+# against 8.73 (the processes' PSS summed; AMD EPYC, 2 cores: docs/programs.md)
+AT_ONCE = 1
 
 
 @dataclass
@@ -76,9 +79,9 @@ def _stage(line: str) -> str | None:
 
 
 def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ,
-           live: bool | None = None, target_program: bool = True) -> dict[str, str]:
-    """Export what is missing (see ``missing``), in parallel; {label: "built in N s" | the error
-    line}. ``live`` (default: stderr is a terminal): one status line rewritten every second;
+           live: bool | None = None, target_program: bool = True, at_once: int = AT_ONCE) -> dict[str, str]:
+    """Export what is missing (see ``missing``), ``at_once`` at a time; {label: "built in N s" | the
+    error line}. ``live`` (default: stderr is a terminal): one status line rewritten every second;
     otherwise a line each time a stage changes, and every 30 s."""
     todo = missing(drafter, target, max_seq, target_program=target_program)
     if not todo:
@@ -87,14 +90,10 @@ def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_se
         + ", ".join(label for label, _ in todo))
     lines: queue.Queue = queue.Queue()
     jobs = [_Job(label, [sys.executable, "-m", "omnidraft.cli", "export", *args]) for label, args in todo]
-    for job in jobs:
-        job.proc = subprocess.Popen(job.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                    env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        threading.Thread(target=_pump, args=(job, lines), daemon=True).start()
     live = sys.stderr.isatty() if live is None else live
     shown, last = "", time.perf_counter()
     try:
-        while any(j.proc.poll() is None for j in jobs) or not lines.empty():
+        while _start(jobs, lines, at_once) or not lines.empty():
             try:
                 job, line = lines.get(timeout=1.0)
                 stage = _stage(line)
@@ -113,7 +112,8 @@ def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_se
                 shown, last = stages, time.perf_counter()
     except BaseException:
         for j in jobs:
-            j.proc.kill()
+            if j.proc is not None:
+                j.proc.kill()
         raise
     if live:
         say("")
@@ -128,12 +128,26 @@ def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_se
     return out
 
 
+def _start(jobs: list[_Job], lines: queue.Queue, at_once: int) -> bool:
+    """Start waiting jobs while fewer than ``at_once`` run; whether any is running or waiting."""
+    running = [j for j in jobs if j.proc is not None and j.proc.poll() is None]
+    for job in [j for j in jobs if j.proc is None][:max(0, at_once - len(running))]:
+        job.t0 = time.perf_counter()
+        job.proc = subprocess.Popen(job.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        threading.Thread(target=_pump, args=(job, lines), daemon=True).start()
+        running.append(job)
+    return bool(running) or any(j.proc is None for j in jobs)
+
+
 def _pump(job: _Job, lines: queue.Queue) -> None:
     for line in job.proc.stderr:
         lines.put((job, line))
 
 
 def _state(job: _Job) -> str:
+    if job.proc is None:
+        return "waiting"
     if job.proc.poll() is None:
         return job.stage
     job.seconds = job.seconds or time.perf_counter() - job.t0
@@ -142,5 +156,7 @@ def _state(job: _Job) -> str:
 
 def _status(job: _Job) -> str:
     state = _state(job)
+    if job.proc is None:
+        return f"{job.label}: {state}"
     t = job.seconds or time.perf_counter() - job.t0
     return f"{job.label}: {state} {int(t // 60)}:{int(t % 60):02d}"

@@ -52,3 +52,19 @@ def test_export_stage_lines():
     assert programs._stage("export: torch.export (strict) of qwen2.5-coder-0.5b [8da8w], max_seq 1024") == \
         "torch.export"
     assert programs._stage("some library line") is None
+
+
+def test_exports_run_one_at_a_time_and_each_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    started, real = [], programs.subprocess.Popen
+
+    def popen(argv, **kw):  # no export may start while another still runs
+        assert all(p.poll() is not None for p in started), "two exports at once"
+        started.append(real(argv, **kw))
+        return started[-1]
+
+    monkeypatch.setattr(programs.subprocess, "Popen", popen)
+    out = programs.ensure("no-such-drafter", "no-such-model", say=lambda *a, **k: None)
+    assert len(started) == 2
+    assert list(out) == ["no-such-drafter (drafter)", "no-such-model (target)"]
+    assert "no-such-drafter" in out["no-such-drafter (drafter)"] and "no-such-model" in out["no-such-model (target)"]
