@@ -21,6 +21,7 @@ from omnidraft.mapped_files import drop, mappings
 from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import Forward
 
+from . import kv_state
 from .et_runtime import runtime
 from .page_locks import unlocked
 from .threads import ensure_pool, program_call
@@ -150,6 +151,22 @@ class ExecuTorchLM:
 
     def truncate(self, length: int) -> None:
         self.rollback(self.length - length)
+
+    # ------------------------------------------------------------------ conversation state
+    @property
+    def weights(self) -> str:
+        """What computes this program's caches: the program and the .ptd it runs."""
+        return f"{self.info.program_id}:{self.ptd}"
+
+    def state(self) -> kv_state.KVState:
+        """This conversation: the ids in the cache and their cache positions, copied out."""
+        return kv_state.save(self.method, self.max_length, self.tokens, self.weights)
+
+    def restore(self, state: kv_state.KVState) -> None:
+        """Continue from ``state`` (``state()`` of this program with this adapter), as if its ids
+        had been read again."""
+        kv_state.restore(self.method, self.max_length, state, self.weights)
+        self.tokens = list(state.ids)
 
     # ------------------------------------------------------------------ forward
     def extend(self, ids: list[int], *, hidden: bool = False, last_only: bool = False) -> Forward:

@@ -257,7 +257,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
             init = [InitializedMutableBufferPass(["kv_k_", "kv_v_"])] if program.batch_invariant else []
             et = edge.to_executorch(ExecutorchBackendConfig(
                 external_constants=lambda node: "base" if node.name in by_name else None,
-                passes=init, run_reinplace_pass=True,
+                passes=init, run_reinplace_pass=True, emit_mutable_buffer_names=True,  # device/kv_state.py
                 memory_planning_pass=planner(share_mutable_buffers=len(names) > 1)))
         tmp = out_dir / "program.pte.tmp"
         with open(tmp, "wb") as f:  # written piece by piece: et.buffer would join the pieces in one copy (1.8 GB)

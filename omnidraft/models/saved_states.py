@@ -1,0 +1,229 @@
+"""Saved conversation states: each a bundle of models' cache states (device/kv_state.py KVState,
+by model name) keyed by the conversation's target ids, kept in a least-recently-used RAM cache
+bounded in bytes and written through to a folder bounded in bytes, so that a conversation comes
+back, after others or after a restart, without reading its history again.
+
+``best(ids, weights)`` is the saved bundle sharing the longest prefix with ``ids`` whose states
+were computed by ``weights`` (name -> KVState.weights): a conversation that extends a saved one
+finds it, and one that shares only its start (a system prompt, a pasted file) finds that part; the
+caller restores each state and keeps the positions its own ids share. A file is one bundle, written
+atomically (fsio.py) as safetensors with the ids, the weights and a sha256 of the tensors in its
+header: a file that is truncated, corrupt, unreadable or for other weights is skipped with one
+log line, never used (a corrupt one is removed). The folder is read lazily (headers only) on the
+first lookup.
+
+Knows KVState and files; nothing about programs, tokenizers or conversations' other pieces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from omnidraft.device.kv_state import KVState
+from omnidraft.fsio import atomic_path
+from omnidraft.models.lm import common_prefix
+
+log = logging.getLogger("omnidraft.states")
+SUFFIX = ".state"
+
+
+@dataclass
+class _Saved:
+    key: tuple[int, ...]
+    weights: dict[str, str]  # model name -> KVState.weights
+    nbytes: int
+    states: dict[str, KVState] | None = None  # None: on disk only
+    path: Path | None = None
+
+
+class SavedStates:
+    """At most ``ram_bytes`` of states in RAM (least recently used out first) and, with ``folder``,
+    at most ``disk_bytes`` of files there (oldest out first). Safe across threads; counts what
+    each lookup found (``restored``)."""
+
+    def __init__(self, ram_bytes: int, folder: Path | None = None, disk_bytes: int = 0):
+        if ram_bytes < 0 or disk_bytes < 0:
+            raise ValueError(f"SavedStates bounds must be >= 0, got {ram_bytes} and {disk_bytes}")
+        self.ram_bytes, self.disk_bytes = ram_bytes, disk_bytes
+        self.folder = Path(folder) if folder is not None else None
+        self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()  # least recently used first
+        self._scanned = self.folder is None
+        self._lock = threading.Lock()
+        self.restored = {"ram": 0, "disk": 0}  # bundles found in each
+
+    # ------------------------------------------------------------------ bounds
+    @property
+    def ram_used(self) -> int:
+        return sum(s.nbytes for s in self._saved.values() if s.states is not None)
+
+    @property
+    def disk_used(self) -> int:
+        return sum(_size(s.path) for s in self._saved.values() if s.path is not None)
+
+    # ------------------------------------------------------------------ save
+    def put(self, key: list[int], states: dict[str, KVState]) -> None:
+        """Keep ``states`` (one conversation's, every model's) under ``key`` (its target ids),
+        replacing what was kept under the same ids."""
+        saved = _Saved(tuple(key), {n: s.weights for n, s in states.items()},
+                       sum(s.nbytes for s in states.values()), dict(states))
+        with self._lock:
+            self._scan()
+            old = self._saved.pop(saved.key, None)
+            if old is not None and old.path is not None:
+                old.path.unlink(missing_ok=True)
+            if self.folder is not None and saved.nbytes <= self.disk_bytes:
+                self._make_room_on_disk(saved.nbytes)
+                saved.path = _write(self.folder, saved)
+                self._saved[saved.key] = saved
+                self._make_room_on_disk(0, keep=saved)  # its header counted too
+            if saved.nbytes > self.ram_bytes:
+                saved.states = None
+            if saved.states is not None or saved.path is not None:
+                self._saved[saved.key] = saved
+            self._make_room_in_ram()
+
+    # ------------------------------------------------------------------ find
+    def best(self, ids: list[int], weights: dict[str, str]) -> tuple[int, dict[str, KVState]] | None:
+        """(how many of ``ids`` the bundle's key shares, its states) of the saved bundle computed
+        by ``weights`` sharing the longest prefix with ``ids``; None where none shares any."""
+        with self._lock:
+            self._scan()
+            while True:
+                found = [(common_prefix(list(s.key), ids), s) for s in self._saved.values() if s.weights == weights]
+                shared, saved = max(found, key=lambda f: f[0], default=(0, None))
+                if saved is None or shared == 0:
+                    return None
+                where = "ram" if saved.states is not None else "disk"
+                if saved.states is None:
+                    saved.states = _read(saved.path)
+                    if saved.states is None:  # unusable: never offered again
+                        self._saved.pop(saved.key)
+                        continue
+                self.restored[where] += 1
+                self._saved.move_to_end(saved.key)
+                states = saved.states
+                self._make_room_in_ram()
+                return shared, states
+
+    # ------------------------------------------------------------------ internals
+    def _make_room_in_ram(self) -> None:
+        used = self.ram_used
+        for saved in list(self._saved.values()):
+            if used <= self.ram_bytes:
+                return
+            if saved.states is not None:
+                saved.states, used = None, used - saved.nbytes
+                if saved.path is None:
+                    self._saved.pop(saved.key)
+
+    def _make_room_on_disk(self, nbytes: int, keep: _Saved | None = None) -> None:
+        """Files out, the oldest first (never ``keep``'s), until ``nbytes`` more fit the folder's bound."""
+        on_disk = sorted((s for s in self._saved.values() if s.path is not None), key=lambda s: _mtime(s.path))
+        used = sum(_size(s.path) for s in on_disk)
+        for saved in (s for s in on_disk if s is not keep):
+            if used + nbytes <= self.disk_bytes:
+                return
+            used -= _size(saved.path)
+            saved.path.unlink(missing_ok=True)
+            saved.path = None
+            if saved.states is None:
+                self._saved.pop(saved.key)
+
+    def _scan(self) -> None:
+        """The folder's bundles, by their headers (once; the oldest first, as the least recently used)."""
+        if self._scanned:
+            return
+        self._scanned = True
+        self.folder.mkdir(parents=True, exist_ok=True)
+        paths = sorted(self.folder.glob(f"*{SUFFIX}"), key=_mtime)
+        for path in paths:
+            head = _header(path)
+            if head is None:
+                continue
+            key = tuple(head["key"])
+            if key not in self._saved:
+                self._saved[key] = _Saved(key, head["weights"], head["nbytes"], None, path)
+
+
+def _tensors(states: dict[str, KVState]) -> dict[str, torch.Tensor]:
+    return {f"{name}/{kind}{i}": t.contiguous() for name, s in states.items()
+            for kind, ts in (("k", s.keys), ("v", s.values)) for i, t in enumerate(ts)}
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].view(torch.uint8).reshape(-1).numpy())
+    return h.hexdigest()
+
+
+def _write(folder: Path, saved: _Saved) -> Path:
+    from safetensors.torch import save_file
+
+    tensors = _tensors(saved.states)
+    name = hashlib.sha256(json.dumps([list(saved.key), saved.weights]).encode()).hexdigest()[:24]
+    head = {"key": list(saved.key), "weights": saved.weights, "nbytes": saved.nbytes,
+            "ids": {n: list(s.ids) for n, s in saved.states.items()}, "sha256": _digest(tensors)}
+    path = folder / f"{name}{SUFFIX}"
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"omnidraft": json.dumps(head)})
+    return path
+
+
+def _header(path: Path) -> dict | None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            head = json.loads((f.metadata() or {})["omnidraft"])
+        return head if {"key", "weights", "nbytes", "ids", "sha256"} <= head.keys() else None
+    except Exception as err:  # noqa: BLE001 - any unreadable file is skipped, never a crash
+        log.warning("saved state %s skipped: unreadable (%s)", path.name, str(err).splitlines()[0][:120])
+        return None
+
+
+def _read(path: Path) -> dict[str, KVState] | None:
+    """The bundle in ``path``, or None (one log line, the file removed) where it does not check out."""
+    from safetensors.torch import load_file
+
+    head = _header(path)
+    try:
+        if head is None:
+            raise ValueError("no header")
+        tensors = load_file(str(path))
+        if _digest(tensors) != head["sha256"]:
+            raise ValueError("its tensors do not match their checksum")
+        return {n: KVState(w, tuple(head["ids"][n]), tuple(tensors[f"{n}/k{i}"] for i in range(_layers(tensors, n))),
+                           tuple(tensors[f"{n}/v{i}"] for i in range(_layers(tensors, n))))
+                for n, w in head["weights"].items()}
+    except Exception as err:  # noqa: BLE001 - a truncated or corrupt file is skipped, never a crash
+        log.warning("saved state %s skipped: %s", path.name, str(err).splitlines()[0][:120] if str(err) else type(err))
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _layers(tensors: dict[str, torch.Tensor], name: str) -> int:
+    return sum(1 for k in tensors if k.startswith(f"{name}/k"))
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

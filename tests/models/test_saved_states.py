@@ -1,0 +1,93 @@
+"""Saved conversation states (models/saved_states.py): the bundle sharing the longest prefix is
+found (also by a conversation sharing only its start), RAM and disk stay within their bytes, a
+restart finds what was written, and a truncated, corrupt or other weights' file is skipped with one
+log line, never used and never a crash."""
+
+import logging
+
+import pytest
+import torch
+
+from omnidraft.device.kv_state import KVState
+from omnidraft.models.saved_states import SUFFIX, SavedStates
+
+W = {"target": "prog:base.ptd"}
+
+
+def _bundle(key: list[int], weights: dict = W, layers: int = 2) -> dict[str, KVState]:
+    g = torch.Generator().manual_seed(sum(key) + len(key))
+    n = len(key)
+    return {name: KVState(w, tuple(key), tuple(torch.randn(2, 4, n, generator=g) for _ in range(layers)),
+                          tuple(torch.randn(2, n, 4, generator=g) for _ in range(layers)))
+            for name, w in weights.items()}
+
+
+def _same(a: dict[str, KVState], b: dict[str, KVState]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[n].ids == b[n].ids and a[n].weights == b[n].weights
+        and all(torch.equal(x, y) for x, y in zip((*a[n].keys, *a[n].values), (*b[n].keys, *b[n].values)))
+        for n in a)
+
+
+def test_the_longest_shared_prefix_wins_and_a_shared_start_is_found():
+    store = SavedStates(ram_bytes=10**7)
+    system, file = [1, 2, 3], [10, 11, 12, 13]
+    a, b = system + file + [20, 21], system + [30, 31, 32]
+    store.put(a, _bundle(a))
+    store.put(b, _bundle(b))
+    shared, states = store.best(a + [22, 23], W)  # a follow-up of a
+    assert shared == len(a) and _same(states, _bundle(a))
+    shared, states = store.best(system + file + [40], W)  # a new conversation on the same file
+    assert shared == len(system + file) and states["target"].ids == tuple(a)
+    assert store.best([99, 98], W) is None  # nothing shared
+    assert store.best(a, {"target": "other:base.ptd"}) is None  # another program's states are never offered
+    assert store.restored == {"ram": 2, "disk": 0}
+
+
+def test_ram_holds_its_bound_least_recently_used_out_first():
+    one = sum(s.nbytes for s in _bundle([1] * 50).values())
+    store = SavedStates(ram_bytes=3 * one)
+    keys = [[i] * 50 for i in range(1, 6)]
+    for i, key in enumerate(keys):
+        store.put(key, _bundle(key))
+        if i == 2:
+            assert store.best(keys[0], W)[0] == 50  # the first used again: not the next to go
+        assert store.ram_used <= 3 * one
+    assert store.best(keys[0], W) is not None and store.best(keys[1], W) is None  # without a folder, gone
+
+
+def test_disk_holds_its_bound_and_a_restart_finds_what_was_written(tmp_path):
+    one = sum(s.nbytes for s in _bundle([1] * 50).values())
+    store = SavedStates(ram_bytes=one, folder=tmp_path, disk_bytes=int(2.5 * one))
+    keys = [[i] * 50 for i in range(1, 5)]
+    for key in keys:
+        store.put(key, _bundle(key))
+        assert store.disk_used <= 2.5 * one
+    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2
+    again = SavedStates(ram_bytes=one, folder=tmp_path, disk_bytes=int(2.5 * one))  # a new process
+    shared, states = again.best(keys[-1] + [7], W)
+    assert shared == 50 and _same(states, _bundle(keys[-1])) and again.restored == {"ram": 0, "disk": 1}
+    assert again.best(keys[0], W) is None  # the oldest went to keep the bound
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_a_damaged_file_is_skipped_with_one_line(tmp_path, caplog, damage):
+    key = [5, 6, 7, 8]
+    SavedStates(ram_bytes=0, folder=tmp_path, disk_bytes=10**7).put(key, _bundle(key))
+    (path,) = tmp_path.glob(f"*{SUFFIX}")
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2] if damage == "truncate" else
+                     data[:-8] + bytes(b ^ 0xFF for b in data[-8:]) if damage == "flip" else b"not a state")
+    with caplog.at_level(logging.WARNING, logger="omnidraft.states"):
+        assert SavedStates(ram_bytes=0, folder=tmp_path, disk_bytes=10**7).best(key, W) is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "skipped" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_bundle_larger_than_ram_is_kept_on_disk_only(tmp_path):
+    key = [1] * 40
+    store = SavedStates(ram_bytes=10, folder=tmp_path, disk_bytes=10**7)
+    store.put(key, _bundle(key, {"target": "t", "drafter": "d"}))
+    assert store.ram_used == 0
+    shared, states = store.best(key, {"target": "t", "drafter": "d"})
+    assert shared == 40 and set(states) == {"target", "drafter"} and store.restored["disk"] == 1
