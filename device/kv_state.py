@@ -40,6 +40,15 @@ class KVState:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
 
+def named(method) -> bool:
+    """``method``'s program was exported with its caches' names (else nothing here works on it)."""
+    try:
+        method._method.get_attribute(NAMES[0].format(0))
+        return True
+    except (RuntimeError, ValueError, IndexError):
+        return False
+
+
 def caches(method, max_seq: int) -> list[tuple[torch.Tensor, torch.Tensor, int, int]]:
     """(keys, values, the keys' sequence axis, the values') of each layer: tensors over the loaded
     ``method``'s memory (valid while it is loaded; fetch them again after any load)."""

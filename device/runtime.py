@@ -154,6 +154,12 @@ class ExecuTorchLM:
 
     # ------------------------------------------------------------------ conversation state
     @property
+    def stateful(self) -> bool:
+        """A conversation's state can be saved and restored here (a program exported with its
+        caches' names: device/kv_state.py)."""
+        return self.method is not None and kv_state.named(self.method)
+
+    @property
     def weights(self) -> str:
         """What computes this program's caches: the program and the .ptd it runs."""
         return f"{self.info.program_id}:{self.ptd}"

@@ -256,7 +256,8 @@ def _cmd_serve(args) -> int:
                       shared_memory=args.shared_memory)
     drafter = None if args.drafter == "none" else args.drafter
     runtime = Runtime(drafter=args.drafter_runtime, target=args.target_runtime, dtype=args.dtype, threads=args.threads,
-                      memory_mib=args.memory_mib, max_memory_mib=_mib(args.max_memory))
+                      memory_mib=args.memory_mib, max_memory_mib=_mib(args.max_memory), cache_ram_mib=args.cache_ram,
+                      state_dir=args.state_dir, state_disk_mib=args.state_disk)
     return serve(cfg, model_id(args.target), lambda: Session(
         drafter, args.target, sampling=cfg.sampling, lookup=not args.no_lookup, memory=not args.no_memory,
         log=not args.no_log, adapter=args.adapter, runtime=runtime, exact=args.exact, slots=args.slots),

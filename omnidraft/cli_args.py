@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_memory(sv)
     sv.add_argument("--slots", type=int, default=2, help="conversations whose caches are kept between requests "
                     "(least recently used evicted; each slot holds its own cache of both models)")
+    sv.add_argument("--cache-ram", type=int, default=0, help="MiB of conversations' saved cache states kept in RAM "
+                    "(written through to --state-dir): a conversation that comes back, or a follow-up after a restart, "
+                    "restores its caches instead of reading its history again (default 0: none saved; a program "
+                    "exported by this version)")
+    sv.add_argument("--state-dir", default=None, help="where saved states are written (default: "
+                    "$OMNIDRAFT_HOME/states, at most --state-disk MiB)")
+    sv.add_argument("--state-disk", type=int, default=4096, help="MiB of saved states on disk (0: RAM only)")
     sv.add_argument("--queue", type=int, default=8, help="requests that may wait behind the one generating "
                     "(more get 429 with Retry-After)")
     sv.add_argument("--max-body", type=int, default=1 << 20, help="request body bound in bytes")

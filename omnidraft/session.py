@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Generator, Iterator, Sequence, Union
 
 from omnidraft.decode.draft_length import FixedK
@@ -33,9 +34,11 @@ from omnidraft.decode.text import StopText, chat_preamble, drafter_prompt, drain
 from omnidraft.errors import OmniDraftError
 from omnidraft.generating import generating
 from omnidraft.heap import trim
+from omnidraft.home import home
 from omnidraft.memory.config import MemoryConfig
 from omnidraft.memory.spaces import LOCAL, Memories
 from omnidraft.models.lm import common_prefix
+from omnidraft.models.saved_states import SavedStates
 from omnidraft.pairs.assemble import assemble
 from omnidraft.pairs.build import exactness, runtime_kind
 from omnidraft.pairs import routing
@@ -55,6 +58,15 @@ DEFAULT_TARGET = "qwen2.5-coder-0.5b"
 RECORD_TOPK = 64  # the target's top-k a training record keeps per generated position
 Prompt = Union[str, Sequence[dict]]  # text, or a conversation of {"role", "content"} messages
 Stops = Sequence[str]
+
+
+def _saved_states(runtime: Runtime) -> SavedStates | None:
+    """Where conversations' states are kept (``runtime.cache_ram_mib`` 0: nowhere)."""
+    if not runtime.cache_ram_mib:
+        return None
+    folder = Path(runtime.state_dir) if runtime.state_dir else home() / "states"
+    return SavedStates(runtime.cache_ram_mib << 20, folder if runtime.state_disk_mib else None,
+                       runtime.state_disk_mib << 20)
 
 
 def _note(message: str) -> None:
@@ -112,7 +124,11 @@ class Session:
         self.spec, self._pair, self.store, self.draft_tok = parts.spec, parts.drafter, parts.store, parts.draft_tok
         self.pair, self.target_tok, self.router = parts.pair, parts.target_tok, parts.router
         self.preamble = chat_preamble(self.target_tok)  # the ids every chat prompt starts with
-        self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note, runtime.budget)
+        self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note, runtime.budget,
+                                           _saved_states(runtime))
+        if self.conversations.states is not None and not self.conversations.stateful:
+            _note("saved conversation states need ExecuTorch programs exported by this version (their caches named: "
+                  "`omnidraft export`); none runs here, so conversations are read again")
         self.log = VerificationLog(log_path()) if log and not self.alone else None
         self.memories = memory if isinstance(memory, Memories) and not self.alone else None
         if memory is True and not self.alone:
@@ -217,7 +233,9 @@ class Session:
                 trim()  # what the generation freed leaves the process (omnidraft/heap.py)
             result.metrics.update(adapter=self.version, target_runtime=pick.route.runtime,
                                   exactness=exactness(pick.route.target), prompt_tokens=len(ids),
-                                  prompt_cached=cached, slot=self.conversations.at)
+                                  prompt_cached=cached, slot=self.conversations.at,
+                                  prompt_restored=self.conversations.restored[1],
+                                  restored_from=self.conversations.restored[0] or None)
             keep = self.lookup.max_tokens if self.lookup and not messages else 0
             self.conversations.ran(slot, ids, result.token_ids, keep)
             self.last = result

@@ -35,6 +35,13 @@ log = logging.getLogger("omnidraft.states")
 SUFFIX = ".state"
 
 
+@dataclass(frozen=True)
+class Found:
+    shared: int  # how many of the ids asked for its key shares
+    states: dict[str, "KVState"]  # by model name
+    where: str  # "ram" or "disk"
+
+
 @dataclass
 class _Saved:
     key: tuple[int, ...]
@@ -91,9 +98,9 @@ class SavedStates:
             self._make_room_in_ram()
 
     # ------------------------------------------------------------------ find
-    def best(self, ids: list[int], weights: dict[str, str]) -> tuple[int, dict[str, KVState]] | None:
-        """(how many of ``ids`` the bundle's key shares, its states) of the saved bundle computed
-        by ``weights`` sharing the longest prefix with ``ids``; None where none shares any."""
+    def best(self, ids: list[int], weights: dict[str, str]) -> Found | None:
+        """The saved bundle computed by ``weights`` sharing the longest prefix with ``ids``; None
+        where none shares any."""
         with self._lock:
             self._scan()
             while True:
@@ -109,9 +116,9 @@ class SavedStates:
                         continue
                 self.restored[where] += 1
                 self._saved.move_to_end(saved.key)
-                states = saved.states
+                found = Found(shared, saved.states, where)
                 self._make_room_in_ram()
-                return shared, states
+                return found
 
     # ------------------------------------------------------------------ internals
     def _make_room_in_ram(self) -> None:

@@ -8,6 +8,13 @@ longest prefix of it beyond the chat template's preamble, else on the least rece
 prompt reads only its own turn, as later ones do, and a runtime not chosen yet is not priced for a
 system prompt the other holds (pairs/routing.py ``warm``).
 
+With ``states`` (models/saved_states.py), each loaded program's cache state is saved when a
+conversation's generation ends (at least MIN_SAVED positions past the preamble), and a prompt
+whose slot holds less of it than a saved conversation shares restores that conversation's states
+instead of reading it again: one loaded program per model serves any number of conversations, and
+after a restart a follow-up restores from disk. A state carries its own ids, so a model ends up
+holding exactly what its ids say (the next call reads the rest of the prompt, as after any cache).
+
 Knows LM caches and routes; nothing about decoding or tokenizers.
 """
 
@@ -19,8 +26,12 @@ from dataclasses import dataclass, field
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models.lm import common_prefix
 from omnidraft.models.budget import Budget
-from omnidraft.models.slots import Slots
+from omnidraft.models.saved_states import SavedStates
+from omnidraft.models.slots import Slots, inner
+from omnidraft.pairs.deferred import waiting
 from omnidraft.pairs.routing import Route, warm
+
+MIN_SAVED = 64  # positions past the preamble: a shorter conversation is read again, not saved
 
 
 @dataclass
@@ -36,8 +47,10 @@ class Conversations:
     earlier slot's: models/slots.py); built after the cost models, whose timed calls replace the caches."""
 
     def __init__(self, n: int, routes: list[Route], drafter, preamble: list[int], note=None,
-                 budget: Budget = Budget()):
+                 budget: Budget = Budget(), states: SavedStates | None = None):
         self.slots = [Conversation() for _ in range(n)]
+        self.states = states
+        self.restored = ("", 0)  # where the latest prompt's caches came from ("ram", "disk"; "": read), positions
         self.at = 0  # the slot the latest generation ran on
         self._clock = itertools.count()
         self._routes, self._drafter, self.preamble = routes, drafter, preamble
@@ -76,7 +89,33 @@ class Conversations:
         elif self._drafter is not None and isinstance(self._drafter.lm, Slots):
             self._drafter.lm.came_back(best)  # its drafter cache its own once another took it over
         self.use(best)
+        self.restored = self._restore(self.slots[best], prompt_ids, held[best])
         return self.slots[best]
+
+    @property
+    def stateful(self) -> bool:
+        """Some model in use can save and restore its conversation state."""
+        return bool(self._programs())
+
+    def _programs(self) -> dict[str, object]:
+        """The models now in use whose cache state can be saved (loaded programs), by name."""
+        named = {f"target:{r.runtime}": r.target.model for r in self._routes if isinstance(r.target, LocalTarget)}
+        if self._drafter is not None:
+            named["drafter"] = self._drafter.lm
+        # a runtime not loaded yet is left so (pairs/deferred.py): asking it anything would load it
+        return {n: inner(m) for n, m in named.items() if not waiting(m) and getattr(inner(m), "stateful", False)}
+
+    def _restore(self, slot: Conversation, prompt_ids: list[int], held: int) -> tuple[str, int]:
+        """``slot``'s models continue from the saved conversation sharing the most of ``prompt_ids``
+        where it shares more than ``held``; (where it came from, positions shared)."""
+        programs = self._programs() if self.states is not None else {}
+        found = self.states.best(prompt_ids, {n: m.weights for n, m in programs.items()}) if programs else None
+        if found is None or found.shared <= held:
+            return "", 0
+        for name, m in programs.items():
+            m.restore(found.states[name])
+        slot.context, slot.turns = prompt_ids[:found.shared], []
+        return found.where, found.shared
 
     def ran(self, slot: Conversation, prompt_ids: list[int], new_ids: list[int], keep_turns: int) -> None:
         """``slot`` ran ``prompt_ids`` and answered ``new_ids``; its earlier turns keep the last
@@ -84,3 +123,20 @@ class Conversations:
         if keep_turns:
             slot.turns[:] = (slot.turns + prompt_ids + new_ids)[-keep_turns:]
         slot.context, slot.used = prompt_ids + new_ids, next(self._clock)
+        if self.states is not None and len(slot.context) - len(self.preamble) >= MIN_SAVED:
+            self._save(slot.context)
+
+    def _save(self, context: list[int]) -> None:
+        """Every program's state under ``context``, where each holds this conversation (a target
+        whose cache holds another one's, the generation having run elsewhere, leaves it unsaved)."""
+        programs = self._programs()
+        if any(n.startswith("target:") and not _holds(m.tokens, context) for n, m in programs.items()):
+            return
+        if programs:
+            self.states.put(context, {n: m.state() for n, m in programs.items()})
+
+
+def _holds(tokens: list[int], context: list[int]) -> bool:
+    """A cache of ``tokens`` holds ``context``: all of it but its last few ids (a generation's last
+    token is committed, not read)."""
+    return len(tokens) >= len(context) - 8 and context[:len(tokens)] == tokens

@@ -70,7 +70,9 @@ class Runtime:
     ``memory_mib``: the bound of the pair's memory of earlier answers (memory/), disk and RAM.
     ``max_memory_mib``: the most the process may hold resident (models/budget.py; None: no budget):
     the other target runtime and more slots' caches load only within it, and a pair that does not
-    fit is an error."""
+    fit is an error. ``cache_ram_mib``: saved conversation states kept in RAM (0: none saved;
+    pairs/conversations.py), written through to ``state_dir`` (None: under $OMNIDRAFT_HOME) within
+    ``state_disk_mib``."""
 
     drafter: str = "auto"
     target: str = "auto"
@@ -83,6 +85,9 @@ class Runtime:
     ngram_mib: int = 64
     memory_mib: int = DEFAULT_MIB
     max_memory_mib: int | None = None
+    cache_ram_mib: int = 0
+    state_dir: str | None = None
+    state_disk_mib: int = 4096
 
     def __post_init__(self):
         for name, value, choices in (("drafter", self.drafter, RUNTIMES), ("target", self.target, TARGET_RUNTIMES),
@@ -96,6 +101,8 @@ class Runtime:
         _check(self.memory_mib >= 1, "Runtime", "memory_mib", ">= 1", self.memory_mib)
         _check(self.max_memory_mib is None or self.max_memory_mib >= 1, "Runtime", "max_memory_mib", ">= 1",
                self.max_memory_mib)
+        _check(self.cache_ram_mib >= 0, "Runtime", "cache_ram_mib", ">= 0 (0: no states saved)", self.cache_ram_mib)
+        _check(self.state_disk_mib >= 0, "Runtime", "state_disk_mib", ">= 0 (0: none on disk)", self.state_disk_mib)
 
     @property
     def budget(self) -> Budget:

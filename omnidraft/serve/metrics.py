@@ -28,6 +28,10 @@ COUNTERS = [  # (name, help, the Counters field)
     ("target_forwards_total", "Target forward passes (one per round).", "target_forwards"),
     ("prompt_tokens_total", "Prompt tokens of finished requests.", "prompt_tokens"),
     ("prompt_tokens_cached_total", "Prompt tokens a slot's cache already held.", "prompt_cached"),
+    ("prompt_tokens_restored_ram_total", "Prompt tokens whose caches a conversation state saved in RAM gave back "
+     "(--cache-ram).", "prompt_restored_ram"),
+    ("prompt_tokens_restored_disk_total", "Prompt tokens whose caches a conversation state saved on disk gave back.",
+     "prompt_restored_disk"),
     ("generation_tokens_total", "Tokens generated.", "generation_tokens"),
     ("requests_rejected_total", "Requests refused with 429: the queue was full.", "rejected"),
 ]

@@ -36,6 +36,8 @@ class Counters:
     rejected: int = 0  # 429: the queue was full
     prompt_tokens: int = 0
     prompt_cached: int = 0
+    prompt_restored_ram: int = 0  # prompt tokens whose caches a saved conversation state gave back
+    prompt_restored_disk: int = 0
     generation_tokens: int = 0
     target_forwards: int = 0
     drafts: int = 0  # rounds that verified a draft
@@ -54,6 +56,10 @@ class Counters:
         self.requests[result.finish_reason] = self.requests.get(result.finish_reason, 0) + 1
         self.prompt_tokens += m.get("prompt_tokens", 0)
         self.prompt_cached += m.get("prompt_cached", 0)
+        if m.get("restored_from") == "ram":
+            self.prompt_restored_ram += m.get("prompt_restored", 0)
+        elif m.get("restored_from") == "disk":
+            self.prompt_restored_disk += m.get("prompt_restored", 0)
         self.generation_tokens += len(result.token_ids)
         self.target_forwards += m.get("target_forwards", 0)
         kinds = m.get("rounds_by_kind", {})

@@ -35,10 +35,10 @@ def test_the_longest_shared_prefix_wins_and_a_shared_start_is_found():
     a, b = system + file + [20, 21], system + [30, 31, 32]
     store.put(a, _bundle(a))
     store.put(b, _bundle(b))
-    shared, states = store.best(a + [22, 23], W)  # a follow-up of a
-    assert shared == len(a) and _same(states, _bundle(a))
-    shared, states = store.best(system + file + [40], W)  # a new conversation on the same file
-    assert shared == len(system + file) and states["target"].ids == tuple(a)
+    found = store.best(a + [22, 23], W)  # a follow-up of a
+    assert found.shared == len(a) and _same(found.states, _bundle(a)) and found.where == "ram"
+    found = store.best(system + file + [40], W)  # a new conversation on the same file
+    assert found.shared == len(system + file) and found.states["target"].ids == tuple(a)
     assert store.best([99, 98], W) is None  # nothing shared
     assert store.best(a, {"target": "other:base.ptd"}) is None  # another program's states are never offered
     assert store.restored == {"ram": 2, "disk": 0}
@@ -51,7 +51,7 @@ def test_ram_holds_its_bound_least_recently_used_out_first():
     for i, key in enumerate(keys):
         store.put(key, _bundle(key))
         if i == 2:
-            assert store.best(keys[0], W)[0] == 50  # the first used again: not the next to go
+            assert store.best(keys[0], W).shared == 50  # the first used again: not the next to go
         assert store.ram_used <= 3 * one
     assert store.best(keys[0], W) is not None and store.best(keys[1], W) is None  # without a folder, gone
 
@@ -65,8 +65,9 @@ def test_disk_holds_its_bound_and_a_restart_finds_what_was_written(tmp_path):
         assert store.disk_used <= 2.5 * one
     assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2
     again = SavedStates(ram_bytes=one, folder=tmp_path, disk_bytes=int(2.5 * one))  # a new process
-    shared, states = again.best(keys[-1] + [7], W)
-    assert shared == 50 and _same(states, _bundle(keys[-1])) and again.restored == {"ram": 0, "disk": 1}
+    found = again.best(keys[-1] + [7], W)
+    assert found.shared == 50 and _same(found.states, _bundle(keys[-1])) and found.where == "disk"
+    assert again.restored == {"ram": 0, "disk": 1}
     assert again.best(keys[0], W) is None  # the oldest went to keep the bound
 
 
@@ -89,5 +90,5 @@ def test_a_bundle_larger_than_ram_is_kept_on_disk_only(tmp_path):
     store = SavedStates(ram_bytes=10, folder=tmp_path, disk_bytes=10**7)
     store.put(key, _bundle(key, {"target": "t", "drafter": "d"}))
     assert store.ram_used == 0
-    shared, states = store.best(key, {"target": "t", "drafter": "d"})
-    assert shared == 40 and set(states) == {"target", "drafter"} and store.restored["disk"] == 1
+    found = store.best(key, {"target": "t", "drafter": "d"})
+    assert found.shared == 40 and set(found.states) == {"target", "drafter"} and found.where == "disk"
