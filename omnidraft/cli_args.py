@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="run a standing benchmark suite: the product against the honest "
                         "alternatives, interleaved, stamped and compared with the last run")
     be.add_argument("suite", help="the suite: pair, copy, adapters, serve, vllm, memory, costs, export, "
-                    "usage or footprint (docs/benchmarks.md)")
+                    "usage, footprint or switching (docs/benchmarks.md)")
     be.add_argument("--drafter", default="smollm2-135m")
     be.add_argument("--target", default="qwen2.5-coder-0.5b")
     for name in ("code", "chat", "sharegpt", "copy", "conversations", "tests", "extract", "reply"):

@@ -1,7 +1,8 @@
 """`omnidraft bench SUITE`: the parsed options checked against the suite (an option another suite
 takes is a one-line error naming it, never ignored) and handed to the suite's runner: the prompt
 suites (bench/suites.py, run by bench/run.py), ``costs`` (bench/costs.py), ``export``
-(bench/export_time.py), ``usage`` (bench/usage.py) and ``footprint`` (bench/footprint.py).
+(bench/export_time.py), ``usage`` (bench/usage.py), ``footprint`` (bench/footprint.py) and
+``switching`` (bench/switching.py).
 
 Knows the options each suite takes; nothing about what they measure.
 """
@@ -32,12 +33,13 @@ def run_command(args, log: Callable[[str], None]) -> dict:
     """Run the suite ``args.suite`` names with the options ``args`` (an argparse namespace) holds."""
     from omnidraft.bench.suites import SUITES
 
-    known = (*SUITES, "costs", "export", "usage", "footprint")
+    known = (*SUITES, "costs", "export", "usage", "footprint", "switching")
     if args.suite not in known:
         raise OmniDraftError(f"unknown benchmark suite {args.suite!r}", f"use one of {', '.join(known)}")
-    own = {**OWN, **{k: tuple(SUITES) for k in (*SETS, "adapters", "clients")}, "rows": (*SUITES, "usage", "footprint"),
-           "code": (*SUITES, "usage"), "chat": (*SUITES, "usage"), "conversations": (*SUITES, "footprint"),
-           "copy": (*SUITES, "footprint"), "max_new_tokens": (*SUITES, "costs", "usage", "footprint")}
+    own = {**OWN, **{k: tuple(SUITES) for k in (*SETS, "adapters", "clients")},
+           "rows": (*SUITES, "usage", "footprint", "switching"), "code": (*SUITES, "usage"), "chat": (*SUITES, "usage"),
+           "conversations": (*SUITES, "footprint", "switching"), "copy": (*SUITES, "footprint"),
+           "max_new_tokens": (*SUITES, "costs", "usage", "footprint", "switching")}
     given = [f"--{k.replace('_', '-')}" for k, suites in own.items()
              if getattr(args, k) not in (None, False) and args.suite not in suites]
     if given:
@@ -56,6 +58,8 @@ def run_command(args, log: Callable[[str], None]) -> dict:
         return _usage(args, log)
     if args.suite == "footprint":
         return _footprint(args, log)
+    if args.suite == "switching":
+        return _switching(args, log)
     from omnidraft.bench.run import run_suite
     from omnidraft.bench.suites import Options, suite
 
@@ -104,3 +108,13 @@ def _footprint(args, log) -> dict:
     opts = FootprintOptions(args.drafter, args.target, threads=args.threads, **given,
                             **({"rows": rows} if rows is not None else {}))
     return run_footprint(opts, out=args.out, keep=not args.no_history, log=log)
+
+
+def _switching(args, log) -> dict:
+    from omnidraft.bench.switching import SwitchingOptions, run_switching
+
+    given = {k: getattr(args, k) for k in ("conversations", "max_new_tokens") if getattr(args, k) is not None}
+    rows = _split(args.rows)
+    opts = SwitchingOptions(None if args.drafter == "none" else args.drafter, args.target, threads=args.threads,
+                            **given, **({"rows": rows} if rows is not None else {}))
+    return run_switching(opts, out=args.out, keep=not args.no_history, log=log)
