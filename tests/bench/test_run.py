@@ -189,3 +189,21 @@ def test_the_memory_suite_recalls_a_streams_answers_on_held_out_work_and_leaves_
     assert [why for row, why in got["missing"].items() if "ngram-mod after" in row]
     assert got["options"]["stream"] == 3
     assert not (pair_dir(pair_name(drafter, target)) / "memory").exists()
+
+
+def test_the_target_row_runs_where_the_pairs_rows_run_also_in_a_phase_without_the_product(monkeypatch):
+    import types
+
+    from omnidraft.bench import rows as bench_rows
+    from omnidraft.bench import suites
+    from omnidraft.pairs import runtime_choice
+
+    asked = []
+    pair = types.SimpleNamespace(session=types.SimpleNamespace(target_runtime="executorch"))
+    monkeypatch.setattr(bench_rows, "remembered", lambda *a, **k: pair)
+    monkeypatch.setattr(bench_rows, "target_alone", lambda target, runtime: asked.append(runtime.target) or pair)
+    opts = suites.Options("d", "t")
+    suites._build(opts, print, ("target", "remembered"))  # the memory suite's second phase
+    monkeypatch.setattr(runtime_choice, "load", lambda pair: {"target": "llamacpp", "on": runtime_choice.machine()})
+    suites._build(opts, print, ("target",))  # no pair row: the runtime `omnidraft pair` kept for the pair
+    assert asked == ["executorch", "llamacpp"]
