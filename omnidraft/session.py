@@ -38,7 +38,7 @@ from omnidraft.home import home
 from omnidraft.memory.config import MemoryConfig
 from omnidraft.memory.spaces import LOCAL, Memories
 from omnidraft.models.lm import common_prefix
-from omnidraft.models.saved_states import SavedStates
+from omnidraft.device.saved_states import SavedStates
 from omnidraft.pairs.assemble import assemble
 from omnidraft.pairs.build import exactness, runtime_kind
 from omnidraft.pairs import routing

@@ -35,7 +35,7 @@ from omnidraft.errors import OmniDraftError
 
 ROWS = ("read", "states")
 MODULE_CHARS = 2400  # ~600 target tokens a module: a conversation fits a 1,024-position program
-SOURCES = ("session.py", "pairs/conversations.py", "models/saved_states.py", "decode/loop.py", "decode/verify.py",
+SOURCES = ("session.py", "pairs/conversations.py", "pairs/router.py", "decode/loop.py", "decode/verify.py",
            "pairs/routing.py", "memory/config.py", "serve/runner.py", "translate/align.py", "decode/text.py",
            "models/slots.py", "pairs/deferred.py")
 QUESTIONS = ("What does this module do? Answer in two sentences.", "Name one function in it and what it returns.",

@@ -8,7 +8,7 @@ longest prefix of it beyond the chat template's preamble, else on the least rece
 prompt reads only its own turn, as later ones do, and a runtime not chosen yet is not priced for a
 system prompt the other holds (pairs/routing.py ``warm``).
 
-With ``states`` (models/saved_states.py), each loaded program's cache state is saved when a
+With ``states`` (device/saved_states.py), each loaded program's cache state is saved when a
 conversation's generation ends (at least MIN_SAVED positions past the preamble), and a prompt
 whose slot holds less of it than a saved conversation shares restores that conversation's states
 instead of reading it again: one loaded program per model serves any number of conversations, and
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models.lm import common_prefix
 from omnidraft.models.budget import Budget
-from omnidraft.models.saved_states import SavedStates
+from omnidraft.device.saved_states import SavedStates
 from omnidraft.models.slots import Slots, inner
 from omnidraft.pairs.deferred import waiting
 from omnidraft.pairs.routing import Route, warm

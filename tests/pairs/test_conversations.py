@@ -1,5 +1,5 @@
 """Conversations on one loaded program with saved states (pairs/conversations.py over
-models/saved_states.py): a conversation that comes back after another restores its caches instead
+device/saved_states.py): a conversation that comes back after another restores its caches instead
 of reading them again, the next logits the same bits as a fresh read; after a restart (a new
 program load and store over the same folder) it restores from disk; a conversation short of
 MIN_SAVED is not saved, and one that shares only the preamble restores nothing."""
@@ -10,7 +10,7 @@ import torch
 from omnidraft.decode.draft_length import FixedK
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models import lm as lm_ops
-from omnidraft.models.saved_states import SavedStates
+from omnidraft.device.saved_states import SavedStates
 from omnidraft.pairs.conversations import MIN_SAVED, Conversations
 from omnidraft.pairs.routing import Route
 

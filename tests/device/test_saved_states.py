@@ -1,4 +1,4 @@
-"""Saved conversation states (models/saved_states.py): the bundle sharing the longest prefix is
+"""Saved conversation states (device/saved_states.py): the bundle sharing the longest prefix is
 found (also by a conversation sharing only its start), RAM and disk stay within their bytes, a
 restart finds what was written, and a truncated, corrupt or other weights' file is skipped with one
 log line, never used and never a crash."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from omnidraft.device.kv_state import KVState
-from omnidraft.models.saved_states import SUFFIX, SavedStates
+from omnidraft.device.saved_states import SUFFIX, SavedStates
 
 W = {"target": "prog:base.ptd"}
 
