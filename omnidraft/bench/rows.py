@@ -215,7 +215,9 @@ class ReopenedRow(SessionRow):
 
 
 def target_alone(target: str, runtime: Runtime) -> SessionRow:
-    """The target alone through Session on ``runtime.target`` (the product's, for the same-runtime row)."""
+    """The target alone through Session on ``runtime.target`` (the product's, for the same-runtime row),
+    named by the runtime it loaded (``auto`` resolved)."""
     from omnidraft.session import Session
 
-    return SessionRow(f"target alone ({runtime.target})", Session(None, target, log=False, runtime=runtime))
+    session = Session(None, target, log=False, runtime=runtime)
+    return SessionRow(f"target alone ({session.target_runtime})", session)

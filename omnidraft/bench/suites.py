@@ -184,8 +184,8 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                 raise OmniDraftError("the remembered-reopened row reopens the remembered row's memory",
                                      "ask for both rows")
             built[key] = rows.ReopenedRow(built["remembered"])
-        elif name == "target":  # the same runtime as the pair's rows, in a phase without one the pair's kept choice
-            built[key] = rows.target_alone(opts.target, Runtime(target=_pair_runtime(built, opts), dtype=opts.dtype,
+        elif name == "target":  # the same runtime as the pair's rows (in a phase without one, its first route's)
+            built[key] = rows.target_alone(opts.target, Runtime(target=_pair_runtime(built), dtype=opts.dtype,
                                                                 threads=opts.threads))
         elif name in ("llamacpp", "llamacpp-lookup"):
             row = baselines.LlamaCppRow.make(opts.target, opts.threads, log, lookup=name == "llamacpp-lookup")
@@ -218,17 +218,11 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                                                           "the log says which)")
 
 
-def _pair_runtime(built: dict, opts: Options) -> str:
-    """The target runtime the pair's rows built so far run on; without one, what the pair would run
-    (the runtime `omnidraft pair` kept for this machine, else ``auto``: the program where it loads)."""
-    from omnidraft.pairs.runtime_choice import resolve
-    from omnidraft.pairs.spec import pair_name
-
-    same = next((r.session.target_runtime for k, r in built.items()
-                 if k.partition("@")[0] in ("product", "nocopies", "remembered", "remembered-reopened")), None)
-    if same is not None:
-        return same
-    return resolve(pair_name(opts.drafter, opts.target), "auto", False) if opts.drafter else "auto"
+def _pair_runtime(built: dict) -> str:
+    """The target runtime the pair's rows built so far run on; without one, ``auto``: the program
+    where it is built and loads, as a pair's first route (pairs/assemble.py puts the bit-exact one first)."""
+    return next((r.session.target_runtime for k, r in built.items()
+                 if k.partition("@")[0] in ("product", "nocopies", "remembered", "remembered-reopened")), "auto")
 
 
 _SPEC_TYPES = {"llama-server": None, "llama-server-ngram": "ngram-simple", "llama-server-ngram-mod": "ngram-mod"}

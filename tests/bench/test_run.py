@@ -196,7 +196,6 @@ def test_the_target_row_runs_where_the_pairs_rows_run_also_in_a_phase_without_th
 
     from omnidraft.bench import rows as bench_rows
     from omnidraft.bench import suites
-    from omnidraft.pairs import runtime_choice
 
     asked = []
     pair = types.SimpleNamespace(session=types.SimpleNamespace(target_runtime="executorch"))
@@ -204,6 +203,5 @@ def test_the_target_row_runs_where_the_pairs_rows_run_also_in_a_phase_without_th
     monkeypatch.setattr(bench_rows, "target_alone", lambda target, runtime: asked.append(runtime.target) or pair)
     opts = suites.Options("d", "t")
     suites._build(opts, print, ("target", "remembered"))  # the memory suite's second phase
-    monkeypatch.setattr(runtime_choice, "load", lambda pair: {"target": "llamacpp", "on": runtime_choice.machine()})
-    suites._build(opts, print, ("target",))  # no pair row: the runtime `omnidraft pair` kept for the pair
-    assert asked == ["executorch", "llamacpp"]
+    suites._build(opts, print, ("target",))  # no pair row: where a pair's first route runs (the program, if built)
+    assert asked == ["executorch", "auto"]
