@@ -211,10 +211,8 @@ def _skip_adapter_ops(check: Callable) -> Callable:
 
 
 def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
-          log: Callable[[str], None] = print, *, side_by_side: bool = True) -> ProgramInfo:
-    """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json.
-    ``side_by_side`` False: its methods lowered one after the other in this process (the least
-    memory, the same bytes; two_methods.py)."""
+          log: Callable[[str], None] = print) -> ProgramInfo:
+    """torch.export + XNNPACK lowering of ``program``; writes program.pte, base.ptd, program.json."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import (EdgeCompileConfig, EdgeProgramManager, ExecutorchBackendConfig,
                                  to_edge_transform_and_lower)
@@ -241,8 +239,7 @@ def lower(program: DraftProgram, out_dir: Path, cfg: ExportConfig,
             return {n: edge.exported_program(n) for n in some}
 
         with _shortcuts(), per_channel_int4():
-            edge = EdgeProgramManager(lower_methods(names, lower_some, side_by_side=side_by_side),
-                                      compile_config=config)
+            edge = EdgeProgramManager(lower_methods(names, lower_some), compile_config=config)
             # what the lowering freed goes back before the program is emitted: glibc kept ~0.63 GB
             # of free heap resident on the 0.5B target (2.67 -> 2.04 GiB), and emitting adds to it
             trim()
@@ -372,8 +369,7 @@ def _content_key(t: torch.Tensor) -> str:
 
 
 def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
-                   log: Callable[[str], None] = print, ranker: torch.nn.Module | None = None, *,
-                   side_by_side: bool = True) -> ProgramInfo:
+                   log: Callable[[str], None] = print, ranker: torch.nn.Module | None = None) -> ProgramInfo:
     """Attach a zero LoRA adapter and an untrained acceptance head to ``lm`` (fp32 HF causal LM;
     modified in place), quantise the base weights, and lower the result to ``out_dir``.
     With ``cfg.specvocab_k``: ``ranker`` (a trained SpecVocabHead; default its SVD initialisation)
@@ -394,11 +390,11 @@ def export_drafter(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
     # base Linears (LoRA's base_layer, lm_head unless SpecVocab gathers its rows)
     quantize(program, cfg.quant, cfg.group_size, skip=("lm_head",) if cfg.specvocab_k else (),
              qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit, exact=_gguf_blocks(lm, cfg))
-    return lower(program, out_dir, cfg, log, side_by_side=side_by_side)
+    return lower(program, out_dir, cfg, log)
 
 
 def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
-                  log: Callable[[str], None] = print, *, side_by_side: bool = True) -> ProgramInfo:
+                  log: Callable[[str], None] = print) -> ProgramInfo:
     """``lm`` (fp32 HF causal LM) as a verifying program: base weights quantised, no LoRA, the
     logits of the positions asked for, batch-invariant (a position's logits do not depend on the
     call's width, so verifying equals decoding one token at a time). An untrained acceptance
@@ -411,7 +407,7 @@ def export_target(lm: torch.nn.Module, out_dir: Path, cfg: ExportConfig,
                            all_logits=True, batch_invariant=True)
     quantize(program, cfg.quant, cfg.group_size, qparams=cfg.weight_qparams, eight_bit=cfg.eight_bit,
              exact=_gguf_blocks(lm, cfg))
-    return lower(program, out_dir, cfg, log, side_by_side=side_by_side)
+    return lower(program, out_dir, cfg, log)
 
 
 def _gguf_blocks(lm: torch.nn.Module, cfg: ExportConfig) -> dict[str, Blocks] | None:

@@ -8,10 +8,9 @@ decomposition, edge generation and partitioning are independent retraces of the 
 process already holds: each delegate's named data (XNNPACK's weights, the same bytes the first
 method's delegates carry) travels as a sha256 digest and is filled back from this process's own
 method, and each delegate's original partition keeps its weights' shapes only (nothing reads
-them after lowering). Any digest this process cannot fill, a failed child, one method, one core,
-no ``os.fork`` or ``side_by_side=False`` (the least memory at once): the methods are lowered here,
-XNNPACK's partitions then on two cores. The program's bytes are the same either way (the test
-compares them).
+them after lowering). Any digest this process cannot fill, a failed child, one method, one core
+or no ``os.fork``: the methods are lowered here, XNNPACK's partitions then on two cores. The
+program's bytes are the same either way (the test compares them).
 
 Knows ExecuTorch's serialisation, its lowered-module layout and os.fork; nothing about models.
 """
@@ -35,11 +34,10 @@ Lowered = dict  # method name -> its lowered edge-dialect ExportedProgram
 BULK = 4096  # named data of at least this many bytes travels as its digest
 
 
-def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered], *, side_by_side: bool = True) -> Lowered:
-    """``lower(names)`` of every method in ``names``; with two methods and ``side_by_side``, the
-    second in a forked child (faster; more memory at once: the child's lowering beside ours). The
-    result keeps ``names``' order."""
-    if not side_by_side or len(names) != 2 or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork"):
+def lower_methods(names: list[str], lower: Callable[[list[str]], Lowered]) -> Lowered:
+    """``lower(names)`` of every method in ``names``; with two methods, the second in a forked
+    child. The result keeps ``names``' order."""
+    if len(names) != 2 or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork"):
         return _here(names, lower)
     mine, theirs = names
     with tempfile.TemporaryDirectory(prefix="omnidraft-export-") as tmp:

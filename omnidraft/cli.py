@@ -19,7 +19,7 @@ def _cmd_pair(args) -> int:
     set_threads(args.threads)
     report = pair(_target_ref(args), args.drafter, reset=args.reset, calibration_s=args.calibration_seconds,
                   max_new_tokens=args.max_new_tokens, llamacpp=not args.no_llamacpp,
-                  target_runtime=args.target_runtime, exact=args.exact, max_memory_mib=_mib(args.max_memory))
+                  target_runtime=args.target_runtime, exact=args.exact)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -125,10 +125,10 @@ def _cmd_export(args) -> int:
     lm = load_model(name, dtype="fp32").model
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if role == "target":
-        export_target(lm, out, cfg, log=log, side_by_side=not args.low_memory)
+        export_target(lm, out, cfg, log=log)
     else:
         ranker = load_ranker(args.ranker, lm.get_output_embeddings().weight) if args.ranker else None
-        export_drafter(lm, out, cfg, log=log, ranker=ranker, side_by_side=not args.low_memory)
+        export_drafter(lm, out, cfg, log=log, ranker=ranker)
     print(out)
     return 0
 

@@ -176,9 +176,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "runtimes (its program, its GGUF on llama.cpp when the llamacpp extra is installed) and keep the "
                     "faster for this machine; llamacpp: pair the GGUF as it is (no target export)")
     pr.add_argument("--exact", action="store_true", help="consider only bit-exact target runtimes (not llama.cpp)")
-    pr.add_argument("--max-memory", default=None, help="the most the pairing may hold resident (MiB, or e.g. 6G; "
-                    "default: no budget): the programs are exported with the least memory at once (slower), and "
-                    "the pair is calibrated within it (a pair that does not fit is an error)")
     pr.add_argument("--json", action="store_true")
     di = sub.add_parser("distill", help="align the drafter to a target on an offline corpus before its first "
                         "prompt (resumable: run it again after an interruption)")
@@ -227,8 +224,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "for SmolLM2: docs/programs.md)")
     ex.add_argument("--adapter-outside-xnnpack", action="store_true", help="run the LoRA/head ops on the "
                     "portable kernels (slower; their .ptd is keyed by parameter name only)")
-    ex.add_argument("--low-memory", action="store_true", help="lower the program's two methods one after the other "
-                    "in this process (the least memory at once; slower: docs/programs.md)")
     ex.add_argument("--out", default=None, help="output folder (default: under $OMNIDRAFT_HOME/programs)")
     ex.add_argument("--threads", type=int, default=None)
     ea = sub.add_parser("export-adapter", help="write a pair's adapter + head as a .ptd for an "
@@ -288,8 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default 6; 0: none)")
     be.add_argument("--stream", type=int, default=None, help="memory: prompts of each kind of recurring work "
                     "the remembered row's memory takes in before measuring (default 40)")
-    be.add_argument("--budget", default=None, help="footprint: the serve-budget and pair-budget rows' --max-memory "
-                    "(default 1.5G and 8G)")
+    be.add_argument("--budget", default=None, help="footprint: the serve-budget row's --max-memory (default 1.5G)")
     be.add_argument("--held", type=int, default=None, help="usage: held-out prompts of each kind (default 12)")
     be.add_argument("--stream-tokens", type=int, default=None, help="usage: new tokens a stream prompt (default 48)")
     be.add_argument("--measure-every", type=int, default=None, help="usage: stream prompts between held-out "

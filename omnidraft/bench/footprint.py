@@ -15,9 +15,7 @@ estimated. Each row is a process of its own, run as a user runs it:
   exported, vocabulary mapped, costs timed, calibrated: a fresh pairing). Not a default row: it
   exports both programs (minutes);
 - ``pair-next``: the same where the drafter's program is there already (README command 1, the
-  demo, built it): the pairing a user runs next, the target's program exported;
-- ``pair-budget``: pair-next with ``--max-memory`` at the ``budget`` option (default 8G): the
-  target's program exported with the least memory at once.
+  demo, built it): the pairing a user runs next, the target's program exported.
 
 A server row reports its RSS once serving (``ready``), its peak while answering (VmHWM) and once
 idle after the answers (``steady``), the daemon it started apart (its own peak), its RSS split by
@@ -44,10 +42,8 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.measure.resident import proportional, resident
 from omnidraft.models.budget import status
 
-ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair", "pair-next", "pair-budget",
-        "demo")
-PROCESS_ROWS = ("generate", "pair", "pair-next", "pair-budget", "demo")
-BUDGETS = {"serve-budget": "1.5G", "pair-budget": "8G"}  # each row's --max-memory where --budget is not given
+ROWS = ("serve", "serve-target", "serve-budget", "llama-server", "generate", "pair", "pair-next", "demo")
+PROCESS_ROWS = ("generate", "pair", "pair-next", "demo")
 DEFAULT_ROWS = ("serve", "serve-target", "llama-server", "generate")
 IDLE_S = 3.0  # after the last answer, before the steady reading
 SAMPLE_S = 0.5  # between readings of a process tree's RSS
@@ -59,7 +55,7 @@ QUESTION = ("How much memory does each way of running the pair hold (peak and st
 @dataclass(frozen=True)
 class FootprintOptions:
     """``conversations``, ``copy``: prompt counts for the server rows (bench/prompts.py); ``budget``:
-    the serve-budget and pair-budget rows' --max-memory (None: BUDGETS)."""
+    the serve-budget row's --max-memory."""
 
     drafter: str = "smollm2-135m"
     target: str = "qwen2.5-coder-0.5b"
@@ -68,13 +64,12 @@ class FootprintOptions:
     conversations: int = 2
     copy: int = 2
     max_new_tokens: int = 64
-    budget: str | None = None
+    budget: str = "1.5G"
 
     def __post_init__(self):
         from omnidraft.models.budget import parse_size
 
-        if self.budget is not None:
-            parse_size(self.budget)
+        parse_size(self.budget)
         bad = [r for r in self.rows if r not in ROWS]
         if bad or not self.rows:
             raise OmniDraftError(f"FootprintOptions.rows: unknown row {bad[0] if bad else '(none)'!r}",
@@ -137,7 +132,7 @@ def _server_row(name: str, opts: FootprintOptions, log) -> dict | None:
     else:
         cmd = [sys.executable, "-m", "omnidraft.cli", "serve", "--target", opts.target, "--threads",
                str(opts.threads), "--drafter", "none" if name == "serve-target" else opts.drafter,
-               *(["--max-memory", opts.budget or BUDGETS[name]] if name == "serve-budget" else [])]
+               *(["--max-memory", opts.budget] if name == "serve-budget" else [])]
         row = ServerRow(f"omnidraft {name}", cmd, tok, health="/health", key_flag="--api-key",
                         threads=opts.threads, log=log)
     try:
@@ -172,7 +167,7 @@ def _process_row(name: str, opts: FootprintOptions, log) -> dict:
         root = scratch_home(home() / "footprint-runs" / time.strftime("%Y%m%d-%H%M%S"))
         if (root / "programs").is_symlink():
             (root / "programs").unlink()
-        if name in ("pair-next", "pair-budget"):  # this home's drafter program, as the demo left it
+        if name == "pair-next":  # this home's drafter program, as the demo left it
             drafter = program_dir(opts.drafter, DRAFTER_QUANT, MAX_SEQ)
             if not (drafter / "program.pte").is_file():
                 raise OmniDraftError(f"footprint: pair-next needs {opts.drafter}'s program in this home",
@@ -181,8 +176,7 @@ def _process_row(name: str, opts: FootprintOptions, log) -> dict:
             (root / "programs" / drafter.name).symlink_to(drafter)
         env["OMNIDRAFT_HOME"] = str(root)
         cmd = (["demo"] if name == "demo" else
-               ["pair", "--drafter", opts.drafter, "--target", opts.target, "--threads", str(opts.threads),
-                *(["--max-memory", opts.budget or BUDGETS[name]] if name == "pair-budget" else [])])
+               ["pair", "--drafter", opts.drafter, "--target", opts.target, "--threads", str(opts.threads)])
         log(f"{name}: scratch home {root} (the programs are exported there again)")
     peak, tree, seconds = peak_of([sys.executable, "-m", "omnidraft.cli", *cmd], env)
     return {"peak_bytes": peak, "tree_peak_bytes": tree, "seconds": seconds, "command": "omnidraft " + " ".join(cmd)}
@@ -227,9 +221,8 @@ def markdown(result: dict) -> list[str]:
     md = [result["question"], "",
           f"Drafter {o['drafter']}, target {o['target']}, {o['threads']} threads. Server rows: one client, every "
           f"turn of {o['conversations']} three-turn conversations and {o['copy']} copy-heavy prompts, greedy, "
-          f"{o['max_new_tokens']} new tokens; steady = {IDLE_S:.0f} s after the last answer; "
-          + "; ".join(f"{r}: `--max-memory {o.get('budget') or b}`" for r, b in BUDGETS.items() if r in result['rows'])
-          + ".", "",
+          f"{o['max_new_tokens']} new tokens; steady = {IDLE_S:.0f} s after the last answer; serve-budget: "
+          f"`--max-memory {o.get('budget')}`.", "",
           "| row | ready | peak | steady | its children (peak) | tokens/s |", "|---|---|---|---|---|---|"]
     parts = []
     for name, row in result["rows"].items():

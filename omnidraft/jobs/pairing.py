@@ -71,8 +71,7 @@ def forget_adapters(name: str) -> None:
 
 def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool = False,
          calibration_s: float = 40.0, max_new_tokens: int = 48, say: Callable[..., None] | None = None,
-         session=None, llamacpp: bool = True, target_runtime: str = "auto", exact: bool = False,
-         max_memory_mib: int | None = None) -> dict:
+         session=None, llamacpp: bool = True, target_runtime: str = "auto", exact: bool = False) -> dict:
     """Pair ``drafter`` with ``target`` (a name, path or URL, or a TargetRef with a server's
     token and tokenizer): build their ExecuTorch programs when missing (not the target's with
     ``target_runtime="llamacpp"``: its GGUF runs as it is), measure the cost model, and with
@@ -82,8 +81,7 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     llama-cpp-python is installed and the target has a GGUF) the target alone on llama.cpp. A
     ``target_runtime`` other than ``auto`` is kept for ``auto`` on this machine. The pair's first
     adapter is published before its Session opens (the drafter's program loads once, with it); a
-    given ``session`` runs on what it loaded. ``max_memory_mib``: the programs exported with the
-    least memory at once, and the pair loaded within the budget (an error where it does not fit)."""
+    given ``session`` runs on what it loaded."""
     from omnidraft.pairs import programs
     from omnidraft.pairs.settings import Runtime
     from omnidraft.session import Session
@@ -92,8 +90,7 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
     target = target if isinstance(target, TargetRef) else TargetRef(target)
     resolve(None, target_runtime, exact)  # an inexact runtime asked with exact: refused before any export
     built = {} if session is not None else programs.ensure(drafter, target.ref, say=say,
-                                                           target_program=target_runtime != "llamacpp",
-                                                           low_memory=max_memory_mib is not None)
+                                                           target_program=target_runtime != "llamacpp")
     say(f"pairing {drafter} with {target.ref} ...")
     owned = session is None
     if owned:  # before the session loads the drafter: it loads the first version, its program once
@@ -102,8 +99,7 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
             forget_adapters(name)
         if store.latest(name) is None:
             first_adapter(store, name, drafter)
-    runtime = Runtime(target=target_runtime, max_memory_mib=max_memory_mib)
-    session = session or Session(drafter, target, runtime=runtime, exact=exact,
+    session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact,
                                  route=False, memory=False)  # each runtime measured on its own, never recalled
     name = session.spec.name
     if session.store.latest(name) is None:  # a given session's pair
@@ -165,14 +161,12 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
 
 
 def _reopen(session, drafter: str, target: TargetRef, runtime: str):
-    """The pair's session again with its target on ``runtime`` (the old one closed first: memory),
-    within the same budget."""
+    """The pair's session again with its target on ``runtime`` (the old one closed first: memory)."""
     from omnidraft.pairs.settings import Runtime
     from omnidraft.session import Session
 
     session.close()
-    return Session(drafter, target, runtime=Runtime(target=runtime, max_memory_mib=session.runtime.max_memory_mib),
-                   memory=False)
+    return Session(drafter, target, runtime=Runtime(target=runtime), memory=False)
 
 
 def _cost_model(session) -> dict:

@@ -1,11 +1,10 @@
 """Build the ExecuTorch programs a pair runs on (the drafter's and the target's), once.
 
 Missing programs are exported by `omnidraft export` in child processes, one after the other
-(AT_ONCE; with ``low_memory`` each lowers its methods one after the other too), while one status
-line shows each export's stage and time. A program that already exists is reused (one an earlier
-version's export made is built again: export/info.py FORMAT); an export that fails is reported in
-one line and the pair runs that model on eager PyTorch (runtime ``auto``). Knows the program
-folders and the export command's stage lines; nothing about lowering itself (export/lower.py).
+(AT_ONCE), while one status line shows each export's stage and time. A program that already exists is reused (one an
+earlier version's export made is built again: export/info.py FORMAT); an export that fails is reported in one line and the pair runs that model on eager PyTorch (runtime
+``auto``). Knows the program folders and the export command's stage lines; nothing about
+lowering itself (export/lower.py).
 """
 
 from __future__ import annotations
@@ -80,10 +79,8 @@ def _stage(line: str) -> str | None:
 
 
 def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_seq: int = MAX_SEQ,
-           live: bool | None = None, target_program: bool = True, at_once: int = AT_ONCE,
-           low_memory: bool = False) -> dict[str, str]:
-    """Export what is missing (see ``missing``), ``at_once`` at a time (``low_memory``: each with
-    the least memory at once, `omnidraft export --low-memory`); {label: "built in N s" | the
+           live: bool | None = None, target_program: bool = True, at_once: int = AT_ONCE) -> dict[str, str]:
+    """Export what is missing (see ``missing``), ``at_once`` at a time; {label: "built in N s" | the
     error line}. ``live`` (default: stderr is a terminal): one status line rewritten every second;
     otherwise a line each time a stage changes, and every 30 s."""
     todo = missing(drafter, target, max_seq, target_program=target_program)
@@ -92,8 +89,7 @@ def ensure(drafter: str | None, target: str, *, say: Callable[..., None], max_se
     say(f"building {len(todo)} ExecuTorch program{'s' if len(todo) > 1 else ''} (one time, a few minutes): "
         + ", ".join(label for label, _ in todo))
     lines: queue.Queue = queue.Queue()
-    low = ["--low-memory"] if low_memory else []
-    jobs = [_Job(label, [sys.executable, "-m", "omnidraft.cli", "export", *args, *low]) for label, args in todo]
+    jobs = [_Job(label, [sys.executable, "-m", "omnidraft.cli", "export", *args]) for label, args in todo]
     live = sys.stderr.isatty() if live is None else live
     shown, last = "", time.perf_counter()
     try:

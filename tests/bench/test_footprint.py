@@ -72,7 +72,6 @@ def test_the_markdown_has_each_row_and_the_parts():
     assert "| serve | 1.10 GB | 2.20 GB | 2.00 GB | 0.40 GB | 12.5 |" in md
     assert "5.00 GB (its tree at once, PSS: 7.00 GB)" in md
     assert "| serve-budget | did not run: omnidraft serve-budget exited with code 2 before serving: too big |" in md
-    assert "serve-budget: `--max-memory 1.5G`." in md and "pair-budget" not in md  # its default, only its row
     assert "anonymous 1.50 GB, prog/program.pte 0.40 GB" in md and "tiny" not in md
 
 

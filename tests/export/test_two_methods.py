@@ -36,18 +36,3 @@ def test_a_failure_here_ends_the_child_at_once():
     with pytest.raises(ValueError, match="method fails"):
         two_methods.lower_methods(["forward", "decode"], lower)
     assert time.perf_counter() - t0 < 30  # the child was killed, not waited for
-
-
-def test_one_after_the_other_lowers_both_methods_here_and_forks_no_child(monkeypatch):
-    def no_fork():
-        raise AssertionError("side_by_side=False forked a child")
-
-    monkeypatch.setattr(os, "fork", no_fork)
-    calls = []
-
-    def lower(names):
-        calls.append(list(names))
-        return {n: (n, os.getpid()) for n in names}
-
-    got = two_methods.lower_methods(["forward", "decode"], lower, side_by_side=False)
-    assert list(got) == ["forward", "decode"] and calls == [["forward", "decode"]]
