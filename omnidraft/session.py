@@ -31,6 +31,7 @@ from omnidraft.decode.modes import check_verify_mode, default_verify_mode, is_lo
 from omnidraft.decode.policy import round_rules
 from omnidraft.decode.target import LocalTarget
 from omnidraft.decode.text import StopText, chat_preamble, drafter_prompt, drained, encode_messages, encode_prompt
+from omnidraft.device.saved_states import SavedStates
 from omnidraft.errors import OmniDraftError
 from omnidraft.generating import generating
 from omnidraft.heap import trim
@@ -38,7 +39,6 @@ from omnidraft.home import home
 from omnidraft.memory.config import MemoryConfig
 from omnidraft.memory.spaces import LOCAL, Memories
 from omnidraft.models.lm import common_prefix
-from omnidraft.device.saved_states import SavedStates
 from omnidraft.pairs.assemble import assemble
 from omnidraft.pairs.build import exactness, runtime_kind
 from omnidraft.pairs import routing
