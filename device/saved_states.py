@@ -9,8 +9,8 @@ finds it, and one that shares only its start (a system prompt, a pasted file) fi
 caller restores each state and keeps the positions its own ids share. A file is one bundle, written
 atomically (fsio.py) as safetensors with the ids, the weights and a sha256 of the tensors in its
 header: a file that is truncated, corrupt, unreadable or for other weights is skipped with one
-log line, never used (a corrupt one is removed). The folder is read lazily (headers only) on the
-first lookup.
+log line, never used (a corrupt one is removed), and a state the folder cannot take (a full disk)
+stays in RAM with one log line. The folder is read lazily (headers only) on the first lookup.
 
 Knows KVState and files; nothing about programs, tokenizers or conversations' other pieces.
 """
@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from omnidraft.device.kv_state import KVState
+from omnidraft.errors import OmniDraftError
 from omnidraft.fsio import atomic_path
 from omnidraft.models.lm import common_prefix
 
@@ -61,6 +62,12 @@ class SavedStates:
             raise ValueError(f"SavedStates bounds must be >= 0, got {ram_bytes} and {disk_bytes}")
         self.ram_bytes, self.disk_bytes = ram_bytes, disk_bytes
         self.folder = Path(folder) if folder is not None else None
+        if self.folder is not None:
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise OmniDraftError(f"cannot keep conversation states in {self.folder}: {err.strerror}",
+                                     "give another --state-dir, or --state-disk 0 (RAM only)") from err
         self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()  # least recently used first
         self._scanned = self.folder is None
         self._lock = threading.Lock()
@@ -88,9 +95,13 @@ class SavedStates:
                 old.path.unlink(missing_ok=True)
             if self.folder is not None and saved.nbytes <= self.disk_bytes:
                 self._make_room_on_disk(saved.nbytes)
-                saved.path = _write(self.folder, saved)
-                self._saved[saved.key] = saved
-                self._make_room_on_disk(0, keep=saved)  # its header counted too
+                try:
+                    saved.path = _write(self.folder, saved)
+                except OSError as err:  # a full or read-only disk: this state stays in RAM only
+                    log.warning("saved state not written to %s: %s", self.folder, err.strerror or err)
+                else:
+                    self._saved[saved.key] = saved
+                    self._make_room_on_disk(0, keep=saved)  # its header counted too
             if saved.nbytes > self.ram_bytes:
                 saved.states = None
             if saved.states is not None or saved.path is not None:
@@ -149,7 +160,6 @@ class SavedStates:
         if self._scanned:
             return
         self._scanned = True
-        self.folder.mkdir(parents=True, exist_ok=True)
         paths = sorted(self.folder.glob(f"*{SUFFIX}"), key=_mtime)
         for path in paths:
             head = _header(path)

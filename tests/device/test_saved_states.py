@@ -92,3 +92,23 @@ def test_a_bundle_larger_than_ram_is_kept_on_disk_only(tmp_path):
     assert store.ram_used == 0
     found = store.best(key, {"target": "t", "drafter": "d"})
     assert found.shared == 40 and set(found.states) == {"target", "drafter"} and found.where == "disk"
+
+
+def test_a_folder_that_cannot_hold_states_is_one_line_and_a_failed_write_keeps_ram(tmp_path, caplog, monkeypatch):
+    from omnidraft.device import saved_states
+    from omnidraft.errors import OmniDraftError
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OmniDraftError, match="cannot keep conversation states in"):
+        SavedStates(10**7, tmp_path / "file", 10**7)
+
+    def full(folder, saved):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(saved_states, "_write", full)
+    store, key = SavedStates(10**7, tmp_path / "states", 10**7), [1] * 10
+    with caplog.at_level(logging.WARNING, logger="omnidraft.states"):
+        store.put(key, _bundle(key))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"saved state not written to {tmp_path / 'states'}: No space left on device"]
+    assert store.best(key, W).where == "ram"
