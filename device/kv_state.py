@@ -9,6 +9,10 @@ The caches are the program's mutable buffers (export/program.py StaticKV: ``kv.k
 so a restore through ``forward``'s serves ``decode`` too. Positions past ``n`` keep whatever they
 held: a program attends only to positions before the one it writes.
 
+A KVState also carries llama.cpp's state (device/llamacpp.py): there the cache is opaque, so
+``keys`` is one uint8 blob of the sequence's state as llama.cpp serialises it and ``values`` is
+empty; the functions below are for ExecuTorch programs only.
+
 Knows the caches' names and layouts and ExecuTorch's method API; nothing about conversations,
 where states are kept, or files.
 """
@@ -27,8 +31,9 @@ NAMES = ("kv.k_{}", "kv.v_{}")
 @dataclass(frozen=True)
 class KVState:
     """``ids`` and, per layer, the keys' and values' first ``len(ids)`` positions (in the
-    program's layout: [Hkv, D, n] / [Hkv, n, D] head-major, [1, n, Hkv, D] otherwise); ``weights``
-    names the program and the .ptd that computed them (a state is only ever restored there)."""
+    program's layout: [Hkv, D, n] / [Hkv, n, D] head-major, [1, n, Hkv, D] otherwise), or for
+    llama.cpp one [size] uint8 blob in ``keys`` and no ``values``; ``weights`` names what computed
+    them (the program and its .ptd, or the GGUF: a state is only ever restored there)."""
 
     weights: str
     ids: tuple[int, ...]

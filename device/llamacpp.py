@@ -13,6 +13,10 @@ differ a little between call widths. Decoding on this runtime is exact with resp
 its verify calls compute, not bit-for-bit its own one-token-at-a-time output
 (scripts/bench_llamacpp.py measures how often they differ).
 
+A conversation's state (device/kv_state.py KVState, kept by device/saved_states.py) is sequence
+0's, as llama.cpp serialises it (``llama_state_seq_get_data``): one uint8 blob in ``keys`` and no
+``values``, restored into a load of the same file, llama.cpp build and context size.
+
 Knows llama-cpp-python's ctypes API; nothing about tokenizers, strategies or training.
 """
 
@@ -28,6 +32,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.models import lm as lm_ops
 from omnidraft.models.lm import Forward
 
+from .kv_state import KVState
 from .threads import native_stderr_without
 
 INSTALL = "pip install -e '.[llamacpp]', with the README's build settings: ~4 min"
@@ -40,6 +45,7 @@ class LlamaCppLM:
     tokens are in the cache; each ``extend`` is one llama_decode per BATCH tokens."""
 
     scores_accept = False  # no acceptance head runs here
+    stateful = True  # a conversation's state can be saved and restored (``state``, ``restore``)
 
     def __init__(self, gguf: str | Path, *, n_ctx: int = 1024, threads: int = 1, name: str = ""):
         try:
@@ -65,6 +71,9 @@ class LlamaCppLM:
         self.eos_ids = eog_ids(self.llm)
         self.batch = llama_cpp.llama_batch_init(BATCH, 0, 1)
         self.tokens: list[int] = []
+        st = self.gguf.stat()  # the file as loaded: a state is restored only into a load of the same one
+        self._weights = (f"{self.gguf.resolve()}:{st.st_size}:{st.st_mtime_ns}:n_ctx {self.n_ctx}"
+                         f":llama.cpp {llama_cpp.__version__}")
 
     def __del__(self):
         batch = getattr(self, "batch", None)
@@ -99,6 +108,34 @@ class LlamaCppLM:
 
     def reset(self) -> None:
         self.rollback(self.length)
+
+    # ------------------------------------------------------------------ conversation state
+    @property
+    def weights(self) -> str:
+        """What computes this cache: the GGUF as loaded (path, size, modification time), the context
+        size and the llama.cpp build (whose format the state is in); no hashing."""
+        return self._weights
+
+    def state(self) -> KVState:
+        """This conversation: the ids in the cache and sequence 0's state, copied out."""
+        size = self._ll.llama_state_seq_get_size(self.ctx, 0)
+        blob = torch.empty(size, dtype=torch.uint8)  # [size] llama.cpp's serialised sequence
+        got = self._ll.llama_state_seq_get_data(self.ctx, _bytes(blob), size, 0)
+        if got != size:
+            raise OmniDraftError(f"llama.cpp copied {got} of its {size}-byte conversation state")
+        return KVState(self.weights, tuple(self.tokens), (blob,), ())
+
+    def restore(self, state: KVState) -> None:
+        """Continue from ``state`` (``state()`` of a load of this GGUF), as if its ids had been read
+        again; on an error the cache is empty."""
+        if state.weights != self.weights:
+            raise OmniDraftError("a saved conversation state is from another GGUF, context size or llama.cpp build",
+                                 f"it was computed by {state.weights}, not {self.weights}")
+        self.reset()
+        blob = state.keys[0].contiguous()  # [size] uint8, as state() copied it out
+        if self._ll.llama_state_seq_set_data(self.ctx, _bytes(blob), blob.numel(), 0) == 0:  # it cleared seq 0
+            raise OmniDraftError(f"llama.cpp could not restore a saved conversation state of {len(state.ids)} tokens")
+        self.tokens = list(state.ids)
 
     # ------------------------------------------------------------------ forward
     def extend(self, ids: list[int], *, hidden: bool = False, last_only: bool = False) -> Forward:
@@ -149,6 +186,11 @@ class LlamaCppLM:
 
     def sync(self, ids: list[int], *, hidden: bool = False) -> Forward:
         return lm_ops.sync(self, ids, hidden=hidden)
+
+
+def _bytes(blob: torch.Tensor):
+    """A ctypes uint8 pointer to ``blob``'s memory (a contiguous [n] uint8 tensor: keep it alive through the call)."""
+    return ctypes.cast(blob.data_ptr(), ctypes.POINTER(ctypes.c_uint8))
 
 
 def eog_ids(llm) -> set[int]:

@@ -12,6 +12,9 @@ header: a file that is truncated, corrupt, unreadable or for other weights is sk
 log line, never used (a corrupt one is removed), and a state the folder cannot take (a full disk)
 stays in RAM with one log line. The folder is read lazily (headers only) on the first lookup.
 
+A state's tensors are stored as they are (an ExecuTorch program's per-layer keys and values, or a
+llama.cpp sequence's one uint8 blob: device/llamacpp.py), so one folder holds both kinds.
+
 Knows KVState and files; nothing about programs, tokenizers or conversations' other pieces.
 """
 
@@ -219,8 +222,7 @@ def _read(path: Path) -> dict[str, KVState] | None:
         tensors = load_file(str(path))
         if _digest(tensors) != head["sha256"]:
             raise ValueError("its tensors do not match their checksum")
-        return {n: KVState(w, tuple(head["ids"][n]), tuple(tensors[f"{n}/k{i}"] for i in range(_layers(tensors, n))),
-                           tuple(tensors[f"{n}/v{i}"] for i in range(_layers(tensors, n))))
+        return {n: KVState(w, tuple(head["ids"][n]), _stored(tensors, n, "k"), _stored(tensors, n, "v"))
                 for n, w in head["weights"].items()}
     except Exception as err:  # noqa: BLE001 - a truncated or corrupt file is skipped, never a crash
         log.warning("saved state %s skipped: %s", path.name, str(err).splitlines()[0][:120] if str(err) else type(err))
@@ -228,8 +230,11 @@ def _read(path: Path) -> dict[str, KVState] | None:
         return None
 
 
-def _layers(tensors: dict[str, torch.Tensor], name: str) -> int:
-    return sum(1 for k in tensors if k.startswith(f"{name}/k"))
+def _stored(tensors: dict[str, torch.Tensor], name: str, kind: str) -> tuple[torch.Tensor, ...]:
+    """``name``'s keys (``kind`` "k") or values ("v"), in order: as many as it saved (a llama.cpp state
+    saves one blob of keys and no values)."""
+    n = sum(1 for k in tensors if k.startswith(f"{name}/{kind}"))
+    return tuple(tensors[f"{name}/{kind}{i}"] for i in range(n))
 
 
 def _size(path: Path | None) -> int:

@@ -127,8 +127,8 @@ class Session:
         self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note, runtime.budget,
                                            _saved_states(runtime))
         if self.conversations.states is not None and not self.conversations.stateful:
-            _note("saved conversation states need ExecuTorch programs exported by this version (their caches named: "
-                  "`omnidraft export`); none runs here, so conversations are read again")
+            _note("saved conversation states need llama.cpp or ExecuTorch programs exported by this version (their caches "
+                  "named: `omnidraft export`); none runs here, so conversations are read again")
         self.log = VerificationLog(log_path()) if log and not self.alone else None
         self.memories = memory if isinstance(memory, Memories) and not self.alone else None
         if memory is True and not self.alone:

@@ -3,8 +3,10 @@ package and the real Qwen2.5 tokenizer (export/gguf_write.py), its head sharpene
 head's next-token distribution is otherwise near uniform over 151k ids): the LM contract (logits, rollback,
 the cached prefix kept), one-line errors, a Session verifying on it (greedy: llama.cpp's own
 one-token-at-a-time output wherever its top-2 margin is not a near-tie), and sampling exact with
-respect to the distributions its calls compute (the first two tokens, a chi-square per position).
-Skipped without the llamacpp extra; CI builds it."""
+respect to the distributions its calls compute (the first two tokens, a chi-square per position),
+and a conversation's state saved and restored (in RAM and through a SavedStates folder) continuing
+as if read again, never restored from another load's weights. Skipped without the llamacpp extra;
+CI builds it."""
 
 from collections import defaultdict
 
@@ -80,6 +82,84 @@ def test_bad_input_is_one_line_and_leaves_the_cache(lm, tmp_path):
         LlamaCppLM(tmp_path / "missing.gguf")
     with pytest.raises(OmniDraftError, match="no hidden states"):
         lm.extend([5], hidden=True)
+
+
+def _follow(lm, held: list[int], follow: list[int]) -> list[torch.Tensor]:
+    """Logits of ``follow`` after ``held`` (already in ``lm``'s cache): one token, then the rest in one call."""
+    assert lm.tokens == held
+    return [lm.extend(follow[:1]).logits, lm.extend(follow[1:]).logits]  # [1, V], [len(follow) - 1, V]
+
+
+def _same_logits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(torch.allclose(x, y, atol=1e-4) and torch.equal(x.argmax(-1), y.argmax(-1)) for x, y in zip(a, b))
+
+
+def test_a_restored_conversation_continues_as_if_read_again(gguf):
+    """Saved after reading A, restored after another conversation overwrote the cache (and into
+    another load of the same file): the next calls' logits are those of a fresh load that read A."""
+    ids, follow = list(range(1000, 1040)), [5, 77, 900, 12, 3000, 41]
+    fresh = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    fresh.extend(ids)
+    ref = _follow(fresh, ids, follow)
+    lm = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    lm.extend(ids)
+    saved = lm.state()
+    assert lm.stateful and saved.ids == tuple(ids) and saved.values == () and saved.nbytes > 0
+    lm.reset()
+    lm.extend(list(range(2000, 2090)))  # another conversation, longer: every position A held rewritten
+    lm.restore(saved)
+    assert lm.length == len(ids) and _same_logits(ref, _follow(lm, ids, follow))
+    lm.restore(saved)  # again, over the longer cache this conversation left
+    assert _same_logits(ref, _follow(lm, ids, follow))
+    other = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    other.restore(saved)
+    assert _same_logits(ref, _follow(other, ids, follow))
+
+
+def test_a_state_round_trips_through_a_state_folder(gguf, tmp_path):
+    from omnidraft.device.saved_states import SUFFIX, SavedStates
+
+    ids, follow = list(range(300, 370)), [9, 8, 7]
+    lm = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    lm.extend(ids)
+    store = SavedStates(ram_bytes=0, folder=tmp_path, disk_bytes=10**8)  # on disk only
+    store.put(ids, {"target": lm.state()})
+    ref = _follow(lm, ids, follow)
+    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 1
+    again = LlamaCppLM(gguf, n_ctx=256, threads=1)  # as after a restart
+    restarted = SavedStates(ram_bytes=10**8, folder=tmp_path, disk_bytes=10**8)
+    found = restarted.best(ids + follow, {"target": again.weights})
+    assert found.where == "disk" and found.shared == len(ids) and found.states["target"].ids == tuple(ids)
+    again.restore(found.states["target"])
+    assert _same_logits(ref, _follow(again, ids, follow))
+
+
+def test_a_state_from_other_weights_is_not_used(gguf, tmp_path):
+    """Another context size is another ``weights``: a folder's state is not offered to it, and a
+    restore refuses it; a damaged blob is one line and leaves the cache empty and usable."""
+    from dataclasses import replace
+
+    from omnidraft.device.saved_states import SavedStates
+
+    ids = list(range(50, 90))
+    lm = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    lm.extend(ids)
+    saved = lm.state()
+    store = SavedStates(ram_bytes=10**8, folder=tmp_path, disk_bytes=10**8)
+    store.put(ids, {"target": saved})
+    other = LlamaCppLM(gguf, n_ctx=512, threads=1)
+    assert other.weights != lm.weights and str(gguf.resolve()) in other.weights
+    assert store.best(ids, {"target": other.weights}) is None
+    assert SavedStates(ram_bytes=10**8, folder=tmp_path, disk_bytes=10**8).best(ids, {"target": other.weights}) is None
+    other.extend([1, 2])
+    with pytest.raises(OmniDraftError, match="from another GGUF, context size or llama.cpp build"):
+        other.restore(saved)
+    assert other.tokens == [1, 2]  # nothing changed
+    with pytest.raises(OmniDraftError, match="could not restore a saved conversation state of 40 tokens") as err:
+        lm.restore(replace(saved, keys=(saved.keys[0][:len(saved.keys[0]) // 2],)))
+    assert "\n" not in str(err.value) and lm.tokens == []
+    fresh = LlamaCppLM(gguf, n_ctx=256, threads=1)
+    assert torch.equal(lm.extend(ids).logits, fresh.extend(ids).logits)  # the cache empty, as a fresh load's
 
 
 def test_a_gguf_file_on_auto_runs_on_llama_cpp_unless_exact(gguf, tmp_path, monkeypatch, capfd):
