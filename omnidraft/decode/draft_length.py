@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, Sequence
 
 from omnidraft.errors import OmniDraftError
 
@@ -55,16 +55,20 @@ class DraftLength(Protocol):
         """A round took ``seconds``: a ``width``-token verify call after ``forwards`` drafter
         forwards (0: none) that first read ``read`` committed tokens."""
 
-    def lookup_span(self, match: int, available: int, source: str = "context") -> int:
+    def lookup_span(self, match: int, available: int, source: str = "context", *,
+                    steps: Sequence[float] | None = None, here: tuple[float, float] | None = None) -> int:
         """Ids to verify this round from a continuation of ``available`` ids copied from
         ``source`` (``context``, ``memory``, ``memory-unsure``: priced apart) after a ``match``-id
-        suffix; 0: draft (or decode alone) instead."""
+        suffix; 0: draft (or decode alone) instead. ``steps``: a recall's per-id chance steps
+        (memory/index.py ``Recall.steps``; None: a copy of one occurrence); ``here``: this sequence's
+        recalls so far (verified, first id accepted)."""
 
-    def copy_rate(self, match: int, n: int, source: str = "context") -> float:
+    def copy_rate(self, match: int, n: int, source: str = "context", *, steps: Sequence[float] | None = None,
+                  here: tuple[float, float] | None = None) -> float:
         """What verifying ``n`` such ids is predicted to give (comparable between sources)."""
 
     def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None,
-                       source: str = "context") -> None:
+                       source: str = "context", *, steps: Sequence[float] | None = None) -> None:
         """A copy from ``source`` after a ``match``-id suffix proposed ``proposed`` ids, ``accepted``
         kept. ``next_kept``: all were kept and the copy went on; whether the target's bonus token is
         the copy's next id (None otherwise)."""
@@ -97,24 +101,37 @@ class FixedK:
     def observe_round(self, width: int, forwards: int, read: int, seconds: float) -> None:
         pass
 
-    def lookup_span(self, match: int, available: int, source: str = "context") -> int:
+    def lookup_span(self, match: int, available: int, source: str = "context", *,
+                    steps: Sequence[float] | None = None, here: tuple[float, float] | None = None) -> int:
         return min(available, self.k)
 
-    def copy_rate(self, match: int, n: int, source: str = "context") -> float:
+    def copy_rate(self, match: int, n: int, source: str = "context", *, steps: Sequence[float] | None = None,
+                  here: tuple[float, float] | None = None) -> float:
         return float(n)  # the longer copy (a tie: the context's)
 
     def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None,
-                       source: str = "context") -> None:
+                       source: str = "context", *, steps: Sequence[float] | None = None) -> None:
         pass
 
 
 LOOKUP_PRIOR = (0.6, 2.0)  # (rate, weight): a copy after an unseen match length is tried hopefully
+# A recall's ids past its first, priced by its chance's step there (memory/index.py Recall.steps): where the
+# earlier occurrences all went on alike ("agree"), split but mostly one way ("split"), split wide ("wide"), or
+# where one occurrence was followed ("one": nothing agreed). (rate, weight) priors; measured on the 1.5B pair's
+# held-out recurring work: agree 0.93, split 0.38, wide 0.08 (docs/memory.md).
+STEP_PRIORS = {"agree": (0.9, 4.0), "split": (0.4, 4.0), "wide": (0.1, 4.0), "one": (0.6, 4.0)}
+HERE_WEIGHT = 4.0  # rounds' weight of the pooled first-id rate against one sequence's own recalls (``here``)
 SHARE_PRIOR = 16.0  # tokens' weight of the prior that every token is drafted (drafted_share)
 
 
 def bucket(match: int) -> int:
     """The match lengths whose copies are counted together: each up to 8, then 12 (9-15), 16 (16+)."""
     return match if match <= 8 else 12 if match < 16 else 16
+
+
+def step_class(step: float) -> str:
+    """STEP_PRIORS' class of a recall's chance step at one id."""
+    return "one" if step < 0 else "agree" if step >= 0.999 else "split" if step >= 0.5 else "wide"
 
 
 class CostModelK:
@@ -138,6 +155,8 @@ class CostModelK:
         self.k = 0
         # copies by (source, match length's bucket): per position, rounds that reached it and that accepted it
         self.copy_counts: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
+        # a recall's ids past its first, by (source, step class): [rounds that reached one, that accepted it]
+        self.step_counts: dict[tuple[str, str], list[float]] = {}
         self.tokens = (0.0, 0.0)  # committed tokens: (by copies, all)
         self.reestimate()
 
@@ -240,50 +259,70 @@ class CostModelK:
         self.model.observe_round(width, forwards, read, seconds)
         self.reestimate()
 
-    def lookup_rates(self, match: int, source: str = "context") -> list[float]:
+    def lookup_rates(self, match: int, source: str = "context", *, steps: Sequence[float] | None = None,
+                     here: tuple[float, float] | None = None) -> list[float]:
         """Acceptance per position of copies from ``source`` after a ``match``-id suffix, each pulled
         by LOOKUP_PRIOR's weight toward the position before it (the first toward the prior's rate):
         a copy accepted whole so far is likely accepted on, so a position seldom reached is not
-        judged by the prior's pessimism (no evidence at all: the prior alone)."""
+        judged by the prior's pessimism (no evidence at all: the prior alone). With a recall's
+        ``steps``, its first id so and every later one by its step's class (``step_rate``); ``here``:
+        this sequence's own recalls so far (verified, first id accepted), which pull the first id's
+        rate toward theirs (work the memory knows, or not, shows in a few rounds)."""
         prior, weight = LOOKUP_PRIOR
         reached, accepted = self.copy_counts.get((source, bucket(match)), ([], []))
         rates = []
         for a, n in zip(accepted, reached):
             prior = (a + prior * weight) / (n + weight)
             rates.append(prior)
-        return rates or [prior]
+        rates = rates or [prior]
+        if steps is None:
+            return rates
+        first = rates[0] if here is None else (here[1] + rates[0] * HERE_WEIGHT) / (here[0] + HERE_WEIGHT)
+        return [first] + [self.step_rate(source, step_class(s)) for s in steps[1:]]
 
-    def _best_copy(self, match: int, available: int, source: str) -> tuple[int, float]:
+    def step_rate(self, source: str, cls: str) -> float:
+        """Acceptance of a recall's id past its first whose step is of class ``cls`` (STEP_PRIORS),
+        the ids before it accepted."""
+        prior, weight = STEP_PRIORS[cls]
+        n, a = self.step_counts.get((source, cls), (0.0, 0.0))
+        return (a + prior * weight) / (n + weight)
+
+    def _best_copy(self, match: int, available: int, source: str, steps: Sequence[float] | None,
+                   here: tuple[float, float] | None) -> tuple[int, float]:
         """The most paying copy length of at most ``available`` and its tokens/s (0, 0.0: none measured)."""
         lengths = self.model.copy_lengths(available)
         if not lengths:
             return 0, 0.0
-        rates = self.lookup_rates(match, source)
+        rates = self.lookup_rates(match, source, steps=steps, here=here)
         best = max(lengths, key=lambda n: self.model.copied_tokens_per_s(rates, n))
         return best, self.model.copied_tokens_per_s(rates, best)
 
-    def lookup_span(self, match: int, available: int, source: str = "context") -> int:
+    def lookup_span(self, match: int, available: int, source: str = "context", *,
+                    steps: Sequence[float] | None = None, here: tuple[float, float] | None = None) -> int:
         if self.pinned is not None:  # pairing measures the drafter
             return 0
-        best, rate = self._best_copy(match, available, source)
+        best, rate = self._best_copy(match, available, source, steps, here)
         drafting = self.model.tokens_per_s(self.rates(), self.next_k())
         return best if rate > drafting else 0
 
-    def copy_rate(self, match: int, n: int, source: str = "context") -> float:
-        return self.model.copied_tokens_per_s(self.lookup_rates(match, source), n)
+    def copy_rate(self, match: int, n: int, source: str = "context", *, steps: Sequence[float] | None = None,
+                  here: tuple[float, float] | None = None) -> float:
+        return self.model.copied_tokens_per_s(self.lookup_rates(match, source, steps=steps, here=here), n)
 
     def observe_lookup(self, match: int, proposed: int, accepted: int, next_kept: bool | None = None,
-                       source: str = "context") -> None:
+                       source: str = "context", *, steps: Sequence[float] | None = None) -> None:
         """``next_kept`` counts as one more position observed: the bonus token is the target's
         verdict on the copy's next id (greedy: its argmax; sampling: a draw from p, which is that
         id with probability p(id), the point-mass rule's chance of accepting it). So a copy verified
-        short learns whether a longer one would have been kept, at no cost."""
+        short learns whether a longer one would have been kept, at no cost. A recall's ``steps``
+        count its ids past the first by their steps' classes instead of by position."""
         self._count_tokens(accepted + 1, copied=True)
         if next_kept is not None:
             proposed, accepted = proposed + 1, accepted + next_kept
         key = (source, bucket(match))
         reached, acc = self.copy_counts.setdefault(key, ([], []))
-        for i in range(min(proposed, accepted + 1)):
+        seen = min(proposed, accepted + 1)
+        for i in range(seen if steps is None else min(seen, 1)):
             if i == len(reached):
                 reached.append(0.0)
                 acc.append(0.0)
@@ -291,6 +330,12 @@ class CostModelK:
             acc[i] += i < accepted
         if reached and reached[0] > self.memory:
             self.copy_counts[key] = ([n / 2 for n in reached], [a / 2 for a in acc])
+        for i in range(1, seen if steps is not None else 0):
+            counts = self.step_counts.setdefault((source, step_class(steps[i])), [0.0, 0.0])
+            counts[0] += 1
+            counts[1] += i < accepted
+            if counts[0] > 4 * self.memory:
+                counts[:] = [counts[0] / 2, counts[1] / 2]
 
     def reaching(self) -> "Reaching":
         """This model with each drafting round allowed ``k_max`` drafts (a stopping rule ends them)."""
@@ -308,7 +353,9 @@ class CostModelK:
                 **{f"{name}_acceptance": {m: [round(r, 4) for r in self.lookup_rates(m, source)]
                                           for src, m in sorted(self.copy_counts) if src == source}
                    for name, source in (("lookup", "context"), ("memory", "memory"),
-                                        ("memory_unsure", "memory-unsure"))}}
+                                        ("memory_unsure", "memory-unsure"))},
+                "memory_step_acceptance": {f"{src}:{cls}": round(self.step_rate(src, cls), 4)
+                                           for src, cls in sorted(self.step_counts)}}
 
 
 class Reaching:

@@ -58,6 +58,8 @@ class Speculator:
         self.proposer, self.k, self.lookup, self.memory = proposer, k, lookup, memory
         self.state = DraftState(ctx, list(prompt_ids), needs_q=needs_q, target_vocab=target_vocab)
         self.behind: list[int] = []  # committed by rounds without a draft, not yet translated back
+        self.recalled: dict[str, tuple[float, float]] = {}  # this sequence's recalls by how they are priced:
+        #                                                     (verified, first id accepted)
 
     @property
     def committed(self) -> list[int]:
@@ -94,9 +96,12 @@ class Speculator:
         if plan.match:  # a copy kept whole: is the bonus token the copy's next id?
             more = accepted == n < len(plan.match.continuation)
             self.k.observe_lookup(plan.match.length, n, accepted,
-                                  token == plan.match.continuation[n] if more else None, plan.match.priced_as)
+                                  token == plan.match.continuation[n] if more else None, plan.match.priced_as,
+                                  steps=plan.match.steps)
             if plan.kind == "memory":
                 self.memory.verified_by(plan.match, accepted)
+                n, a = self.recalled.get(plan.match.priced_as, (0.0, 0.0))
+                self.recalled[plan.match.priced_as] = (n + 1, a + (accepted > 0))
         else:
             self.k.observe(n, accepted)
 
@@ -128,11 +133,16 @@ class Speculator:
             found.append(self.lookup.find(room))
         if self.memory is not None:
             found.append(self.memory.find(self.state.committed, room))
-        spans = [(m, self.k.lookup_span(m.length, len(m.continuation), m.priced_as)) for m in found if m]
+        def here(m) -> tuple[float, float] | None:
+            return self.recalled.get(m.priced_as, (0.0, 0.0)) if m.source == "memory" else None
+
+        spans = [(m, self.k.lookup_span(m.length, len(m.continuation), m.priced_as, steps=m.steps, here=here(m)))
+                 for m in found if m]
         spans = [(m, n) for m, n in spans if n]
         if not spans:
             return None, 0
-        return max(spans, key=lambda mn: self.k.copy_rate(mn[0].length, mn[1], mn[0].priced_as))
+        return max(spans, key=lambda mn: self.k.copy_rate(mn[0].length, mn[1], mn[0].priced_as, steps=mn[0].steps,
+                                                           here=here(mn[0])))
 
     def _translate_back(self) -> None:
         """Reverse translation of the committed ids not yet read back, and the proposer's cache update."""

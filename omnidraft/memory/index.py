@@ -64,7 +64,16 @@ class Recall:
     probs: list[float]  # per id, the estimated chance the continuation is right up to it
     entries: tuple[int, ...]  # the entries whose occurrences it followed to its end
     occurrences: int  # occurrences of the matched suffix weighed
+    support: tuple[int, ...] = ()  # per id, the occurrences it was read from (those followed up to it)
     source = "memory"
+
+    @property
+    def steps(self) -> tuple[float, ...]:
+        """Per id, the share of the occurrences still followed that went on with it (the chance's
+        step: 1 where they all agree, below 1 where they split), negative where only one occurrence
+        was followed (nothing agreed or split: -1); the cost model prices each id by it."""
+        ratios = (p / q for p, q in zip(self.probs, [1.0, *self.probs[:-1]]))
+        return tuple(-1.0 if n == 1 else r for r, n in zip(ratios, self.support or [0] * len(self.probs)))
 
     @property
     def priced_as(self) -> str:
@@ -202,6 +211,7 @@ class SuffixIndex:
         alive = np.arange(len(ends))
         out: list[int] = []
         probs: list[float] = []
+        support: list[int] = []
         chance, d = 1.0, 0
         while d < span:
             ahead = rows[alive, d:]  # [a, span - d]
@@ -212,6 +222,7 @@ class SuffixIndex:
                 cut = stretch.index(SENTINEL) if SENTINEL in stretch else run
                 out.extend(stretch[:cut])
                 probs.extend([chance] * cut)
+                support.extend([len(alive)] * cut)
                 if cut < run:
                     break
                 d += run
@@ -225,9 +236,11 @@ class SuffixIndex:
                 break
             out.append(pick)
             probs.append(chance)
+            support.append(len(alive))
             alive = alive[ahead[:, 0] == pick]
             d += 1
         if not out:
             return None
         owners = np.searchsorted(self.starts, ends[alive], side="right") - 1
-        return Recall(length, out, probs, tuple(int(i) for i in np.unique(self.ids[owners])[-8:]), len(ends))
+        return Recall(length, out, probs, tuple(int(i) for i in np.unique(self.ids[owners])[-8:]), len(ends),
+                      tuple(support))

@@ -41,6 +41,7 @@ class Match:
     continuation: list[int]  # what followed that occurrence (at least one id, at most max_span)
     source = "context"
     priced_as = "context"  # whose acceptance counts the cost model prices it by
+    steps = None  # one occurrence: no per-id chances (a memory's Recall has them)
 
 
 class ContextIndex:

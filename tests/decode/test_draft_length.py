@@ -161,6 +161,21 @@ def test_a_copy_found_in_the_context_is_verified_where_the_cost_model_prefers_it
         assert dl.lookup_span(7, 12) == 0
 
 
+def test_a_recalls_ids_are_priced_by_whether_earlier_occurrences_agreed_there():
+    dl = CostModelK(CHEAP, reached=[100, 90], accepted=[60, 40])
+    agree, split_at_3 = (1.0,) * 8, (1.0, 1.0, 1.0, 0.4, 1.0, 1.0, 1.0, 1.0)
+    for _ in range(60):  # where the occurrences agreed the target kept the ids; where they split it did not
+        dl.observe_lookup(8, 8, 8, source="memory", steps=agree)
+        dl.observe_lookup(8, 8, 3, source="memory", steps=split_at_3)
+    rates = dl.lookup_rates(8, "memory", steps=split_at_3)
+    assert rates[1] > 0.9 and rates[3] < 0.2  # the split id priced by the splits seen, not by its position
+    assert dl.lookup_span(8, 8, "memory", steps=agree) == 8
+    assert dl.lookup_span(8, 8, "memory", steps=split_at_3) == 3  # verified up to the split
+    assert dl.state()["memory_step_acceptance"]["memory:wide"] < 0.2
+    # one sequence whose recalls keep failing prices its next recall's first id lower (work the memory does not know)
+    assert dl.lookup_rates(8, "memory", steps=agree, here=(10.0, 0.0))[0] < 0.3 < dl.lookup_rates(8, "memory")[0]
+
+
 def test_copies_are_not_taken_where_verification_does_not_batch():
     dl = CostModelK(LINEAR, reached=[100], accepted=[95])
     for _ in range(40):

@@ -25,8 +25,10 @@ def test_finds_the_longest_match_and_the_most_frequent_continuation():
     r = index.find([0, 2, 3, 4], 8)  # "2 3 4" thrice: 5 twice, 7 once; then 6 or 9 (a tie: the latest)
     assert (r.length, r.continuation, r.occurrences) == (3, [5, 9], 3)
     assert r.probs == pytest.approx([2 / 3, 1 / 3]) and r.entries == (3,) and r.priced_as == "memory"  # 2 of 3
+    assert r.support == (3, 2) and r.steps == pytest.approx((2 / 3, 1 / 2))  # each id's share of those followed
     r = index.find([1, 2, 3, 4], 8)  # "1 2 3 4" once: its entry's rest, at full chance
     assert (r.length, r.continuation, r.probs, r.entries) == (4, [5, 6], [1.0, 1.0], (1,))
+    assert r.steps == (-1.0, -1.0)  # read from one occurrence: nothing agreed, nothing split
     assert r.priced_as == "memory-unsure"  # a short match seen once: priced apart
     assert index.find([5, 6, 9], 8) is None  # 6 ends entry 1 and 9 starts none: no match across entries
     assert index.find([7, 8, 2, 3], 8) is None  # two ids: shorter than the short n-gram
