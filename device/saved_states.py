@@ -15,6 +15,10 @@ stays in RAM with one log line. The folder is read lazily (headers only) on the 
 A state's tensors are stored as they are (an ExecuTorch program's per-layer keys and values, or a
 llama.cpp sequence's one uint8 blob: device/llamacpp.py), so one folder holds both kinds.
 
+States are kept per *space* (a server's API key, as the memory's spaces are: omnidraft/serve/app.py
+``memory_space``; a Session's own: ``LOCAL``): a lookup finds only its own space's, so no client
+restores, or times, a conversation another key sent.
+
 Knows KVState and files; nothing about programs, tokenizers or conversations' other pieces.
 """
 
@@ -37,6 +41,7 @@ from omnidraft.models.lm import common_prefix
 
 log = logging.getLogger("omnidraft.states")
 SUFFIX = ".state"
+LOCAL = "local"  # the space of a Session's own conversations (a file written without one is of it)
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,12 @@ class _Saved:
     nbytes: int
     states: dict[str, KVState] | None = None  # None: on disk only
     path: Path | None = None
+    space: str = LOCAL
+
+    @property
+    def slot(self) -> tuple[str, tuple[int, ...]]:
+        """Where it is kept: its space's, under its ids."""
+        return self.space, self.key
 
 
 class SavedStates:
@@ -71,7 +82,7 @@ class SavedStates:
             except OSError as err:
                 raise OmniDraftError(f"cannot keep conversation states in {self.folder}: {err.strerror}",
                                      "give another --state-dir, or --state-disk 0 (RAM only)") from err
-        self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()  # least recently used first
+        self._saved: OrderedDict[tuple[str, tuple[int, ...]], _Saved] = OrderedDict()  # (space, ids); LRU first
         self._scanned = self.folder is None
         self._lock = threading.Lock()
         self.restored = {"ram": 0, "disk": 0}  # bundles found in each
@@ -86,14 +97,14 @@ class SavedStates:
         return sum(_size(s.path) for s in self._saved.values() if s.path is not None)
 
     # ------------------------------------------------------------------ save
-    def put(self, key: list[int], states: dict[str, KVState]) -> None:
-        """Keep ``states`` (one conversation's, every model's) under ``key`` (its target ids),
-        replacing what was kept under the same ids."""
+    def put(self, key: list[int], states: dict[str, KVState], space: str = LOCAL) -> None:
+        """Keep ``states`` (one conversation's, every model's) under ``key`` (its target ids) in
+        ``space``, replacing what was kept there under the same ids."""
         saved = _Saved(tuple(key), {n: s.weights for n, s in states.items()},
-                       sum(s.nbytes for s in states.values()), dict(states))
+                       sum(s.nbytes for s in states.values()), dict(states), space=space)
         with self._lock:
             self._scan()
-            old = self._saved.pop(saved.key, None)
+            old = self._saved.pop(saved.slot, None)
             if old is not None and old.path is not None:
                 old.path.unlink(missing_ok=True)
             if self.folder is not None and saved.nbytes <= self.disk_bytes:
@@ -103,22 +114,23 @@ class SavedStates:
                 except OSError as err:  # a full or read-only disk: this state stays in RAM only
                     log.warning("saved state not written to %s: %s", self.folder, err.strerror or err)
                 else:
-                    self._saved[saved.key] = saved
+                    self._saved[saved.slot] = saved
                     self._make_room_on_disk(0, keep=saved)  # its header counted too
             if saved.nbytes > self.ram_bytes:
                 saved.states = None
             if saved.states is not None or saved.path is not None:
-                self._saved[saved.key] = saved
+                self._saved[saved.slot] = saved
             self._make_room_in_ram()
 
     # ------------------------------------------------------------------ find
-    def best(self, ids: list[int], weights: dict[str, str]) -> Found | None:
-        """The saved bundle computed by ``weights`` sharing the longest prefix with ``ids``; None
-        where none shares any."""
+    def best(self, ids: list[int], weights: dict[str, str], space: str = LOCAL) -> Found | None:
+        """The bundle saved in ``space`` and computed by ``weights`` sharing the longest prefix with
+        ``ids``; None where none shares any."""
         with self._lock:
             self._scan()
             while True:
-                found = [(common_prefix(list(s.key), ids), s) for s in self._saved.values() if s.weights == weights]
+                found = [(common_prefix(list(s.key), ids), s) for s in self._saved.values()
+                         if s.space == space and s.weights == weights]
                 shared, saved = max(found, key=lambda f: f[0], default=(0, None))
                 if saved is None or shared == 0:
                     return None
@@ -126,10 +138,10 @@ class SavedStates:
                 if saved.states is None:
                     saved.states = _read(saved.path)
                     if saved.states is None:  # unusable: never offered again
-                        self._saved.pop(saved.key)
+                        self._saved.pop(saved.slot)
                         continue
                 self.restored[where] += 1
-                self._saved.move_to_end(saved.key)
+                self._saved.move_to_end(saved.slot)
                 found = Found(shared, saved.states, where)
                 self._make_room_in_ram()
                 return found
@@ -143,7 +155,7 @@ class SavedStates:
             if saved.states is not None:
                 saved.states, used = None, used - saved.nbytes
                 if saved.path is None:
-                    self._saved.pop(saved.key)
+                    self._saved.pop(saved.slot)
 
     def _make_room_on_disk(self, nbytes: int, keep: _Saved | None = None) -> None:
         """Files out, the oldest first (never ``keep``'s), until ``nbytes`` more fit the folder's bound."""
@@ -156,7 +168,7 @@ class SavedStates:
             saved.path.unlink(missing_ok=True)
             saved.path = None
             if saved.states is None:
-                self._saved.pop(saved.key)
+                self._saved.pop(saved.slot)
 
     def _scan(self) -> None:
         """The folder's bundles, by their headers (once; the oldest first, as the least recently used)."""
@@ -168,9 +180,9 @@ class SavedStates:
             head = _header(path)
             if head is None:
                 continue
-            key = tuple(head["key"])
-            if key not in self._saved:
-                self._saved[key] = _Saved(key, head["weights"], head["nbytes"], None, path)
+            saved = _Saved(tuple(head["key"]), head["weights"], head["nbytes"], None, path, head.get("space", LOCAL))
+            if saved.slot not in self._saved:
+                self._saved[saved.slot] = saved
 
 
 def _tensors(states: dict[str, KVState]) -> dict[str, torch.Tensor]:
@@ -190,8 +202,8 @@ def _write(folder: Path, saved: _Saved) -> Path:
     from safetensors.torch import save_file
 
     tensors = _tensors(saved.states)
-    name = hashlib.sha256(json.dumps([list(saved.key), saved.weights]).encode()).hexdigest()[:24]
-    head = {"key": list(saved.key), "weights": saved.weights, "nbytes": saved.nbytes,
+    name = hashlib.sha256(json.dumps([saved.space, list(saved.key), saved.weights]).encode()).hexdigest()[:24]
+    head = {"key": list(saved.key), "space": saved.space, "weights": saved.weights, "nbytes": saved.nbytes,
             "ids": {n: list(s.ids) for n, s in saved.states.items()}, "sha256": _digest(tensors)}
     path = folder / f"{name}{SUFFIX}"
     with atomic_path(path) as tmp:

@@ -119,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--api-key", action="append", default=None, help="a key every /v1 route and /metrics accept "
                     "(again for more keys: each key's answers are remembered apart; default: $OMNIDRAFT_API_KEY, "
                     "comma-separated; none on loopback)")
-    sv.add_argument("--shared-memory", action="store_true", help="every key recalls from one memory (by default a "
-                    "client never receives proposals drawn from another key's answers)")
+    sv.add_argument("--shared-memory", action="store_true", help="every key recalls from one memory and starts from "
+                    "one set of conversation caches (by default a client never receives proposals drawn from another "
+                    "key's answers, nor a cache or saved state of another key's conversation)")
     _add_memory(sv)
     sv.add_argument("--slots", type=int, default=2, help="conversations whose caches are kept between requests "
                     "(least recently used evicted; each slot holds its own cache of both models)")

@@ -200,13 +200,14 @@ class Session:
         context window's end; with ``strict``, a budget past the window is an error rather than
         clipped to it. With several ``slots`` it runs on the slot whose caches hold the longest
         prefix of its prompt (pairs/conversations.py). ``memory_space``: the part of the pair's
-        memory it recalls from and is remembered in (a server gives each API key its own)."""
+        memory it recalls from and is remembered in, and whose conversations' caches and saved states
+        it may start from (a server gives each API key its own)."""
         with self._turns.turn(), generating(), self.router.sampled(sampling):
             messages = not isinstance(prompt, str)
             chat = chat or messages
             ids = encode_messages(self.target_tok, prompt) if messages else encode_prompt(self.target_tok, prompt,
                                                                                          chat=chat)
-            slot = self.conversations.slot_for(ids)
+            slot = self.conversations.slot_for(ids, memory_space)
             fresh = ids[common_prefix(slot.context, ids):]  # what the memory does not hold of the prompt
             stops = StopText(stop) if stop else None
             if not self.alone:

@@ -15,6 +15,11 @@ instead of reading it again: one loaded program per model serves any number of c
 after a restart a follow-up restores from disk. A state carries its own ids, so a model ends up
 holding exactly what its ids say (the next call reads the rest of the prompt, as after any cache).
 
+Conversations are kept apart by *space* (a server's API key; a Session's own: ``LOCAL``): a slot
+last used by another space counts as holding nothing of a prompt, and before it runs one its caches
+are cut back to the preamble, and saved states are found only in the prompt's own space; so no
+client's prompt is read faster because another key sent the same start (a timing side channel).
+
 Knows LM caches and routes; nothing about decoding or tokenizers.
 """
 
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 from omnidraft.decode.target import LocalTarget
 from omnidraft.models.lm import common_prefix
 from omnidraft.models.budget import Budget
-from omnidraft.device.saved_states import SavedStates
+from omnidraft.device.saved_states import LOCAL, SavedStates
 from omnidraft.models.slots import Slots, inner
 from omnidraft.pairs.deferred import waiting
 from omnidraft.pairs.routing import Route, warm
@@ -39,6 +44,7 @@ class Conversation:
     context: list[int] = field(default_factory=list)  # the target ids it last ran
     turns: list[int] = field(default_factory=list)  # its earlier prompts and answers
     used: int = -1  # when it last ran
+    space: str = LOCAL  # whose conversation it last ran
 
 
 class Conversations:
@@ -78,10 +84,10 @@ class Conversations:
         for m in {id(m): m for m in models if isinstance(m, Slots)}.values():
             m.use(i)
 
-    def slot_for(self, prompt_ids: list[int]) -> Conversation:
-        """The slot ``prompt_ids`` runs on (now in use; see the module text)."""
+    def slot_for(self, prompt_ids: list[int], space: str = LOCAL) -> Conversation:
+        """The slot ``prompt_ids`` (of ``space``) runs on (now in use; see the module text)."""
         n = len(self.slots)
-        held = [common_prefix(s.context, prompt_ids) for s in self.slots]
+        held = [common_prefix(s.context, prompt_ids) if s.space == space else 0 for s in self.slots]
         best = max(range(n), key=held.__getitem__)
         if held[best] <= len(self.preamble) and n > 1:
             best = min(range(n), key=lambda i: self.slots[i].used)
@@ -89,8 +95,21 @@ class Conversations:
         elif self._drafter is not None and isinstance(self._drafter.lm, Slots):
             self._drafter.lm.came_back(best)  # its drafter cache its own once another took it over
         self.use(best)
-        self.restored = self._restore(self.slots[best], prompt_ids, held[best])
+        if self.slots[best].space != space:
+            self._forget(self.slots[best], space)
+        self.restored = self._restore(self.slots[best], prompt_ids, held[best], space)
         return self.slots[best]
+
+    def _forget(self, slot: Conversation, space: str) -> None:
+        """``slot`` (in use) becomes ``space``'s, holding nothing of another's conversation: its
+        targets' caches cut back to the preamble, the drafter's emptied (it reads its prompt again)."""
+        slot.context, slot.turns, slot.space = [], [], space
+        for t in {id(t): t for t in self._targets()}.values():
+            m = inner(t.model)
+            if not waiting(m):
+                m.truncate(len(self.preamble) if m.tokens[:len(self.preamble)] == self.preamble else 0)
+        if self._drafter is not None and not waiting(inner(self._drafter.lm)):
+            inner(self._drafter.lm).reset()
 
     @property
     def stateful(self) -> bool:
@@ -105,11 +124,12 @@ class Conversations:
         # a runtime not loaded yet is left so (pairs/deferred.py): asking it anything would load it
         return {n: inner(m) for n, m in named.items() if not waiting(m) and getattr(inner(m), "stateful", False)}
 
-    def _restore(self, slot: Conversation, prompt_ids: list[int], held: int) -> tuple[str, int]:
-        """``slot``'s models continue from the saved conversation sharing the most of ``prompt_ids``
-        where it shares more than ``held``; (where it came from, positions shared)."""
+    def _restore(self, slot: Conversation, prompt_ids: list[int], held: int, space: str) -> tuple[str, int]:
+        """``slot``'s models continue from ``space``'s saved conversation sharing the most of
+        ``prompt_ids`` where it shares more than ``held``; (where it came from, positions shared)."""
         programs = self._programs() if self.states is not None else {}
-        found = self.states.best(prompt_ids, {n: m.weights for n, m in programs.items()}) if programs else None
+        weights = {n: m.weights for n, m in programs.items()}
+        found = self.states.best(prompt_ids, weights, space) if programs else None
         if found is None or found.shared <= held:
             return "", 0
         for name, m in programs.items():
@@ -124,16 +144,16 @@ class Conversations:
             slot.turns[:] = (slot.turns + prompt_ids + new_ids)[-keep_turns:]
         slot.context, slot.used = prompt_ids + new_ids, next(self._clock)
         if self.states is not None and len(slot.context) - len(self.preamble) >= MIN_SAVED:
-            self._save(slot.context)
+            self._save(slot.context, slot.space)
 
-    def _save(self, context: list[int]) -> None:
-        """Every program's state under ``context``, where each holds this conversation (a target
-        whose cache holds another one's, the generation having run elsewhere, leaves it unsaved)."""
+    def _save(self, context: list[int], space: str) -> None:
+        """Every program's state under ``context`` in ``space``, where each holds this conversation (a
+        target whose cache holds another one's, the generation having run elsewhere, leaves it unsaved)."""
         programs = self._programs()
         if any(n.startswith("target:") and not _holds(m.tokens, context) for n, m in programs.items()):
             return
         if programs:
-            self.states.put(context, {n: m.state() for n, m in programs.items()})
+            self.states.put(context, {n: m.state() for n, m in programs.items()}, space)
 
 
 def _holds(tokens: list[int], context: list[int]) -> bool:

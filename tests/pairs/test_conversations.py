@@ -2,7 +2,8 @@
 device/saved_states.py): a conversation that comes back after another restores its caches instead
 of reading them again, the next logits the same bits as a fresh read; after a restart (a new
 program load and store over the same folder) it restores from disk; a conversation short of
-MIN_SAVED is not saved, and one that shares only the preamble restores nothing."""
+MIN_SAVED is not saved, and one that shares only the preamble restores nothing; another API key's
+conversation is neither reused from the cache nor restored."""
 
 import pytest
 import torch
@@ -68,3 +69,29 @@ def test_a_conversation_that_comes_back_is_restored_not_read_again(program, tmp_
     assert conv2.restored == ("disk", len(b)) and lm2.tokens == b
     lm_ops.sync(fresh, b)
     assert torch.equal(lm2.extend([13]).logits, fresh.extend([13]).logits)
+
+
+def _run_as(conv, lm, ids: list[int], space: str) -> None:
+    slot = conv.slot_for(ids, space)
+    lm_ops.sync(lm, ids)
+    conv.ran(slot, ids, [], 0)
+
+
+def test_another_api_keys_conversation_is_neither_reused_nor_restored(program, tmp_path):
+    lm, conv = _open(program, tmp_path)
+    a = _ids(MIN_SAVED + 20, 3)
+    _run_as(conv, lm, a, "key-a")
+    weights = {"target:executorch": lm.weights}
+    conv.slot_for(a + [11], "key-b")  # the same start, sent with another key
+    assert conv.restored == ("", 0) and lm.tokens == PRE  # its cache cut back to the preamble: read again
+    assert conv.current.context == [] and conv.current.space == "key-b"
+    assert conv.states.best(a, weights, "key-b") is None
+    assert conv.states.best(a, weights) is None  # nor in a Session's own space
+    conv.slot_for(a + [11], "key-a")  # its own key finds it
+    assert conv.restored == ("ram", len(a)) and lm.tokens == a
+
+    lm2, conv2 = _open(program, tmp_path)  # after a restart the files keep whose they were
+    conv2.slot_for(a + [11], "key-b")
+    assert conv2.restored == ("", 0)
+    conv2.slot_for(a + [11], "key-a")
+    assert conv2.restored == ("disk", len(a)) and lm2.tokens == a
