@@ -133,7 +133,8 @@ class Speculator:
             found.append(self.lookup.find(room))
         if self.memory is not None:
             found.append(self.memory.find(self.state.committed, room))
-        def here(m) -> tuple[float, float] | None:
+
+        def here(m: Match | Recall) -> tuple[float, float] | None:  # this sequence's own recalls so far
             return self.recalled.get(m.priced_as, (0.0, 0.0)) if m.source == "memory" else None
 
         spans = [(m, self.k.lookup_span(m.length, len(m.continuation), m.priced_as, steps=m.steps, here=here(m)))
