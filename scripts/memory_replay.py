@@ -180,6 +180,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--seeds", type=int, default=5, help="replay: runs of the simulated drafter's draws, summed")
     args = ap.parse_args()
+    if args.step == "record" and args.out is None:
+        ap.error("record needs --out FILE: where the answers go")
+    if args.step == "replay" and (args.answers is None or not args.answers.is_file()):
+        ap.error(f"replay needs --answers FILE, the output of record (got {args.answers})")
     if args.step == "record":
         record(args.target, args.out, args.tokens)
     else:
