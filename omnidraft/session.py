@@ -251,6 +251,7 @@ class Session:
         memory = self.memories.space(space) if use != "off" else None
         if memory is not None:
             memory.sync()  # what this and other processes remembered since
+            memory = memory.generation()
         cfg, k = round_rules(self.spec_cfg, pick.route.draft_length, self.has_head)
         result = yield from pieces_speculative(
             self.drafter, pick.route.target, self.pair, target_ids, draft_ids, cfg=cfg, k=k,

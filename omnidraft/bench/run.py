@@ -70,7 +70,8 @@ def _phases(suite: Suite, opts: Options, phases: list, prompts: list[Prompt], pa
                     prompts = _answered(suite, rows, prompts, opts.max_new_tokens, log)
                 taken = {name for part in parts for name in part.tallies}
                 for sampling in (None, suite.sampled) if suite.sampled else (None,):
-                    parts.append(_part(n, rows, suite.reference, prompts, sampling, taken, opts.max_new_tokens, log))
+                    parts.append(_part(n, rows, suite.reference_in(rows), prompts, sampling, taken, opts.max_new_tokens,
+                                       log))
                 if opts.clients:  # the serve suite's second phase
                     from omnidraft.bench.concurrent import run_concurrently
                     from omnidraft.bench.servers import ServerRow

@@ -25,7 +25,9 @@ ratios are to. Every suite's reference is the target alone on the product's runt
   and llama.cpp alone, on held-out prompts of the same kinds (never in the stream) and, as the
   control, code and ShareGPT prompts it never saw; the same memory reopened from its file (as
   after a restart), and llama-server's n-gram speculation (``ngram-simple``, and ``ngram-mod``
-  whose pool outlives a request) after the same stream in the same process.
+  whose pool outlives a request) after the same stream in the same process; in a phase of its
+  own, vLLM alone (that phase's reference), vLLM ``suffix`` and vLLM + OmniDraft's proposer with
+  its memory, each after the same stream in its own process.
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """
@@ -70,6 +72,9 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "vllm-draft": "vLLM with its own draft model, heterogeneous vocabularies (TLI, 3 tokens)",
     "vllm-ngram": "vLLM with its ngram prompt lookup (5 tokens, 2..5-grams)",
     "vllm-suffix": "vLLM with suffix decoding (up to 8 tokens)",
+    "vllm-suffix-used": "vLLM with suffix decoding after answering the memory suite's stream in the same process",
+    "vllm-proposer-used": "vLLM with OmniDraft's proposer after answering the same stream (its memory in a scratch "
+                          "folder, kept as the engine answers)",
 }
 
 
@@ -133,10 +138,12 @@ class Options:
 @dataclass(frozen=True)
 class Suite:
     """``build``: (options, log) -> {row key: Row, or rows.Missing where it cannot run here}, in
-    order; ``reference``: the key of the row ratios and equality are to; ``counts``: its default
-    prompts per set; ``phases``: row keys built, run and closed in turn where the default rows do
-    not fit memory at once (each with the reference; empty: one phase); ``sampled``: (temperature,
-    top-p) of a second, sampled pass over the prompts on the rows that sample (None: greedy only)."""
+    order; ``reference``: the key of the row ratios and equality are to (``engine_reference``: a
+    phase's without it, where that phase has this row: vLLM alone in a phase of vLLM rows);
+    ``counts``: its default prompts per set; ``phases``: row keys built, run and closed in turn
+    where the default rows do not fit memory at once (each with the reference; empty: one phase);
+    ``sampled``: (temperature, top-p) of a second, sampled pass over the prompts on the rows that
+    sample (None: greedy only)."""
 
     name: str
     question: str
@@ -145,6 +152,13 @@ class Suite:
     counts: dict
     phases: tuple[tuple[str, ...], ...] = ()
     sampled: tuple[float, float] | None = None
+    engine_reference: str | None = None
+
+    def reference_in(self, keys) -> str:
+        """The reference of a phase whose rows are ``keys``."""
+        if self.reference not in keys and self.engine_reference in keys:
+            return self.engine_reference
+        return self.reference
 
     def options(self, opts: Options) -> Options:
         """``opts`` with the suite's default prompts where it names none."""
@@ -201,8 +215,11 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                 from omnidraft.models.loading import load_tokenizer
 
                 tok = load_tokenizer(opts.target)
-            if name in vllm_rows.SPECS:
-                built[key] = vllm_rows.vllm_row(name, opts.drafter, opts.target, tok, log, threads=opts.threads)
+            if name.removesuffix("-used") in vllm_rows.SPECS:
+                row = vllm_rows.vllm_row(name, opts.drafter, opts.target, tok, log, threads=opts.threads)
+                if name.endswith("-used") and not isinstance(row, rows.Missing):
+                    servers.feed(row, opts.stream or STREAM, opts.max_new_tokens, log)
+                built[key] = row
                 continue
             log(f"starting {ROWS[name]} ...")
             at = {"threads": opts.threads}
@@ -277,7 +294,7 @@ SUITES = {
                     "make held-out work of the same kinds faster, and never slower on prompts it never saw?",
                     _rows(("product", "remembered", "remembered-reopened", "target", "llamacpp",
                            "llama-server-ngram-used", "llama-server-ngram-mod-used")), "target",
-                    {"tests": 6, "extract": 6, "reply": 6, "code": 6, "sharegpt": 6}),
+                    {"tests": 6, "extract": 6, "reply": 6, "code": 6, "sharegpt": 6}, engine_reference="vllm"),
 }
 
 

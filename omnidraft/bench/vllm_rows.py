@@ -7,7 +7,10 @@ through /v1/completions, greedy or sampled with the prompt's seed.
 A run's drafted and accepted ids, by draft position too, are vLLM's own counts (its /metrics,
 read around the request); its target forwards the new tokens less the accepted drafts. The
 proposer's report of its rounds and cost model (``$OMNIDRAFT_VLLM_STATS``) is the row's ``state``
-once it closes.
+once it closes. A ``-used`` row (the memory suite's) is the same server after it answered the
+suite's stream of recurring work: ``vllm-suffix-used`` keeps its suffix trees of those answers in
+the process, ``vllm-proposer-used`` its memory in a scratch folder of its own (the plain
+``vllm-proposer`` row runs with no memory: a measurement neither reads nor fills the pair's).
 
 Knows vLLM's speculative configs and metric names; nothing about interleaving or reports.
 """
@@ -75,12 +78,15 @@ class VllmRow:
 
 def vllm_row(key: str, drafter: str, target: str, tok, log: Callable[[str], None], *,
              threads: int) -> VllmRow | Missing:
-    """The row ``key`` (SPECS), its server started (Missing where vLLM is not installed or the
-    method does not start on this build: the row says why)."""
+    """The row ``key`` (SPECS, or one of them + ``-used``: the caller feeds it the stream), its
+    server started (Missing where vLLM is not installed or the method does not start on this
+    build: the row says why)."""
     from omnidraft.models.catalog import model_dir
     from omnidraft.vllm.launch import start, vllm_python
 
-    name, spec = SPECS[key]
+    base = key.removesuffix("-used")
+    name, spec = SPECS[base]
+    name += " after the stream" if key != base else ""
     python = vllm_python()
     if python is None:
         return Missing(name, "no vLLM here: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e '.[vllm]' "
@@ -88,8 +94,9 @@ def vllm_row(key: str, drafter: str, target: str, tok, log: Callable[[str], None
     if spec is not None and spec.get("model") == "{drafter}":
         spec = {**spec, "model": str(model_dir(drafter))}
     work = Path(tempfile.mkdtemp(prefix="omnidraft-bench-vllm-"))  # the server's log and its proposer's report
-    stats = work / "stats.json" if key == "vllm-proposer" else None
-    env = {"OMNIDRAFT_DRAFTER": drafter, **({"OMNIDRAFT_VLLM_STATS": str(stats)} if stats else {})}
+    stats = work / "stats.json" if base == "vllm-proposer" else None
+    env = {"OMNIDRAFT_DRAFTER": drafter, "OMNIDRAFT_MEMORY": str(work / "memory") if key != base else "off",
+           **({"OMNIDRAFT_VLLM_STATS": str(stats)} if stats else {})}
     log(f"starting {name} ...")
     try:
         server = start(python, model_dir(target), name=target, key=secrets.token_hex(8), log=work / "server.log",

@@ -23,7 +23,7 @@ from omnidraft.decode.ownership import own
 from omnidraft.decode.target import Target
 from omnidraft.decode.text import Detokenizer, StopText, drained, encode_prompt, stop_ids
 from omnidraft.errors import ContextFull, OmniDraftError
-from omnidraft.memory.spaces import Memory
+from omnidraft.memory.spaces import Recalls
 from omnidraft.models.lm import LM
 from omnidraft.propose.config import SpecConfig
 from omnidraft.propose.lookup import ContextIndex, LookupConfig
@@ -200,7 +200,7 @@ def generate_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg:
                          on_text: Callable[[str], None] | None = None, record_topk: int = 0,
                          head=None, on_round: Callable[[Round], None] | None = None,
                          lookup: LookupConfig | None = None, earlier: list[int] | None = None,
-                         memory: Memory | None = None) -> Result:
+                         memory: Recalls | None = None) -> Result:
     """Speculative generation with ``cfg.strategy`` (`ar` delegates to generate_ar); see
     stream_speculative. ``on_text`` sees each text piece."""
     if not get(cfg.strategy).speculative:
@@ -214,7 +214,7 @@ def generate_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg:
 def stream_speculative(drafter: LM, target: Target, pair, prompt: str, *, cfg: SpecConfig, k: DraftLength,
                        max_new_tokens: int = 128, chat: bool = False, record_topk: int = 0,
                        head=None, on_round: Callable[[Round], None] | None = None, lookup: LookupConfig | None = None,
-                       earlier: list[int] | None = None, memory: Memory | None = None) -> Generator[str, None, Result]:
+                       earlier: list[int] | None = None, memory: Recalls | None = None) -> Generator[str, None, Result]:
     """Speculative generation as a generator: yields text pieces as rounds commit tokens and
     returns the Result (``result = yield from stream_speculative(...)``).
 
@@ -242,7 +242,7 @@ def pieces_speculative(drafter: LM, target: Target, pair, target_ids: list[int],
                        cfg: SpecConfig, k: DraftLength, budget: int, record_topk: int = 0,
                        head=None, on_round: Callable[[Round], None] | None = None,
                        lookup: LookupConfig | None = None, earlier: list[int] | None = None,
-                       memory: Memory | None = None, stops: StopText | None = None) -> Generator[Piece, None, Result]:
+                       memory: Recalls | None = None, stops: StopText | None = None) -> Generator[Piece, None, Result]:
     """``stream_speculative`` over a prompt already encoded for both models (``target_ids``,
     ``draft_ids``: the same text in each vocabulary), ``budget`` target tokens at most (checked
     against the window by the caller: ``check_budget``), as Pieces: each round's accepted proposal

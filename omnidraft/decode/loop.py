@@ -8,7 +8,7 @@ cost model says the copy pays more than drafting. Callers
 fold rounds into metrics, text and training records. The proposing side of a round (what to
 propose, what the verdict teaches) is decode/speculator.py's, which the vLLM proposer runs around
 vLLM's own verification too; this loop adds the target's verify and the acceptance. Knows the
-stages' interfaces (Proposer, Target, DraftContext, ContextIndex, Memory); the stages live in
+stages' interfaces (Proposer, Target, DraftContext, ContextIndex, Recalls); the stages live in
 propose/, translate/, memory/ and decode/target.py. The drafter and target KV caches persist across rounds.
 """
 
@@ -24,7 +24,7 @@ from omnidraft.decode.draft_length import DraftLength
 from omnidraft.decode.speculator import Speculator
 from omnidraft.decode.target import Target
 from omnidraft.decode.verify import Verdict
-from omnidraft.memory.spaces import Memory
+from omnidraft.memory.spaces import Recalls
 from omnidraft.propose.base import Proposer
 from omnidraft.propose.lookup import ContextIndex
 from omnidraft.translate.proposal import Proposal
@@ -51,7 +51,7 @@ class Round:
 
 def decode(proposer: Proposer, target: Target, ctx: DraftContext, prompt_ids: list[int], *,
            k: DraftLength, max_new_tokens: int, stop: set[int], lookup: ContextIndex | None = None,
-           memory: Memory | None = None, record_topk: int = 0) -> Iterator[Round]:
+           memory: Recalls | None = None, record_topk: int = 0) -> Iterator[Round]:
     """Yield one Round per target verification until a stop id or ``max_new_tokens``.
 
     ``k`` says how many drafter tokens each round drafts (decode/draft_length.py), told what the

@@ -5,7 +5,7 @@ length's acceptance counts per source, the memory's credit, the drafter's contex
 translation, the n-gram cache). decode/loop.py runs it around its own target's ``verify``; the
 vLLM proposer (omnidraft/vllm/) runs it around vLLM's step, which verifies in its place.
 
-Knows the stages' interfaces (Proposer, DraftLength, DraftContext, ContextIndex, Memory); nothing
+Knows the stages' interfaces (Proposer, DraftLength, DraftContext, ContextIndex, Recalls); nothing
 about the target or how verification is done.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from omnidraft.decode.draft_length import DraftLength
 from omnidraft.memory.index import Recall
-from omnidraft.memory.spaces import Memory
+from omnidraft.memory.spaces import Recalls
 from omnidraft.propose.base import DraftState, Proposer
 from omnidraft.propose.lookup import ContextIndex, Match
 from omnidraft.translate.proposal import Proposal
@@ -53,7 +53,7 @@ class Speculator:
     earlier answers to recall from (None: none)."""
 
     def __init__(self, proposer: Proposer, ctx: DraftContext, prompt_ids: list[int], k: DraftLength, *,
-                 lookup: ContextIndex | None = None, memory: Memory | None = None, needs_q: bool = False,
+                 lookup: ContextIndex | None = None, memory: Recalls | None = None, needs_q: bool = False,
                  target_vocab: int = 0):
         self.proposer, self.k, self.lookup, self.memory = proposer, k, lookup, memory
         self.state = DraftState(ctx, list(prompt_ids), needs_q=needs_q, target_vocab=target_vocab)

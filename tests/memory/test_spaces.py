@@ -10,21 +10,22 @@ def test_a_memory_takes_in_what_another_process_remembered_and_forgets_a_clear(t
     memory = mine.space("u")
     assert memory.index is None  # nothing read before the first generation
     memory.sync()
-    assert memory.find([1, 2, 3], 4) is None
-    theirs.space("u").remember([1, 2, 3, 4, 5], {})
-    theirs.space("v").remember([1, 2, 3, 9, 9], {})  # another space: never seen from "u"
+    recalls = memory.generation()  # one generation: its lookups counted together
+    assert recalls.find([1, 2, 3], 4) is None
+    theirs.space("u").generation().remember([1, 2, 3, 4, 5], {})
+    theirs.space("v").generation().remember([1, 2, 3, 9, 9], {})  # another space: never seen from "u"
     memory.sync()
-    recall = memory.find([0, 1, 2, 3], 4)
+    recall = recalls.find([0, 1, 2, 3], 4)
     assert recall.continuation == [4, 5] and memory.index.entries == 1
-    memory.verified_by(recall, 2)
-    memory.remember([7, 8, 9], {"memory": (1, 2, 2)})
+    recalls.verified_by(recall, 2)
+    recalls.remember([7, 8, 9], {"memory": (1, 2, 2)})
     stats = {s.space: s for s in mine._store.stats()}
     assert stats["u"].tally["lookups"] == {"rounds": 2, "proposed": 1, "accepted": 1}  # lookups, found, verified
     helped = mine._store.db.execute("SELECT helped FROM entries WHERE space = 'u' ORDER BY id").fetchall()
     assert helped == [(2,), (0,)]
     theirs._store.clear("u")
     memory.sync()
-    assert memory.find([0, 1, 2, 3], 4) is None and memory.index.entries == 0
+    assert memory.generation().find([0, 1, 2, 3], 4) is None and memory.index.entries == 0
 
 
 def test_an_unreadable_memory_is_said_once_and_the_pair_goes_on_without_it(tmp_path):
@@ -48,7 +49,7 @@ def test_memory_stats_and_clear_on_the_command_line(tmp_path, monkeypatch, capsy
     save_spec(good)
     save_spec(bad)
     memory = Memories(pair_dir(good.name) / "memory").space("local")
-    memory.remember([1, 2, 3, 4], {"memory": (1, 4, 3)})
+    memory.generation().remember([1, 2, 3, 4], {"memory": (1, 4, 3)})
     (pair_dir(bad.name) / "memory").mkdir()
     (pair_dir(bad.name) / "memory" / "memory.sqlite").write_bytes(b"garbage" * 50)
     assert main(["memory", "stats", "--json"]) == 0

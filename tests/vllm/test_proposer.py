@@ -66,12 +66,13 @@ def models(tmp_path_factory, smollm_tok, qwen_tok):
 
 
 @pytest.fixture()
-def proposer(models, monkeypatch):
-    """A new proposer per test (its streams and step times its own), on the module's models and home."""
+def proposer(models, monkeypatch, tmp_path):
+    """A new proposer per test (its streams, step times and memory its own), on the module's models and home."""
     from omnidraft.vllm.proposer import OmniDraftProposer
 
     home, drafter, target_dir, target_model = models
     monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
+    monkeypatch.setenv("OMNIDRAFT_MEMORY", str(tmp_path / "memory"))
     monkeypatch.setenv("OMNIDRAFT_DRAFTER", str(drafter))
     monkeypatch.setenv("OMNIDRAFT_DRAFTER_RUNTIME", "eager")
     config = SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=4),
@@ -112,6 +113,54 @@ def test_a_request_that_leaves_is_forgotten_and_a_new_one_starts_fresh(proposer,
     own = generate_ar(LocalTarget(target.fork(), SamplingConfig()), qwen_tok, PROMPTS[1], max_new_tokens=8)
     start = len(qwen_tok(PROMPTS[1], add_special_tokens=False).input_ids)
     assert late["ids"][start:start + 8] == own.token_ids[:8]
+
+
+def test_an_ended_request_is_remembered_and_a_later_one_recalls_it_exactly(proposer, qwen_tok):
+    """A request gone from the batch for FORGET_AFTER steps has ended: its prompt and answer join
+    the memory; the same prompt asked again is answered with recalls, still the target's own."""
+    prop, target = proposer
+    engine = Engine(target, qwen_tok, prop)
+    prompt = "Summarise: a ship left the harbour at dawn and came back with fish."
+    first = engine.add(prompt)
+    for _ in range(12):
+        engine.step()
+    engine.rows.clear()
+    engine.add("x = 1\ny = 2\n")
+    for _ in range(FORGET_AFTER + 1):
+        engine.step()
+    assert prop.streams.ended == 1 and prop.memory.store.stats()[0].entries == 1
+    again = engine.add(prompt)
+    for _ in range(6):
+        engine.step()
+    start = len(qwen_tok(prompt, add_special_tokens=False).input_ids)
+    n = min(len(again["ids"]), len(first["ids"])) - start
+    assert n >= 12 and again["ids"][start:start + n] == first["ids"][start:start + n]  # the target's own, both times
+    assert prop.streams.rounds["memory"] > 0 and prop.state()["memory"]["lookups"] > 0
+
+
+def test_a_request_the_engine_no_longer_holds_ends_at_once(proposer):
+    """Where the model runner says which requests it holds, a request that left ends in the next step."""
+    prop, _ = proposer
+    tokens = np.zeros((1, MAX_LEN), dtype=np.int32)
+    tokens[0, :12] = [5, 6, 7, 8] * 3
+    prop.runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=["a"], random_reqs=set()), requests={"a": None})
+    prop.propose([[8]], np.array([12], dtype=np.int32), tokens)
+    tokens[0, :12] = [9, 10, 11, 12] * 3
+    prop.runner = SimpleNamespace(input_batch=SimpleNamespace(req_ids=["b"], random_reqs=set()), requests={"b": None})
+    prop.propose([[12]], np.array([12], dtype=np.int32), tokens)
+    assert prop.streams.ended == 1 and len(prop.streams.streams) == 1
+    assert prop.memory.store.stats()[0].entries == 1
+
+
+def test_the_memory_can_be_turned_off(models, monkeypatch, tmp_path):
+    from omnidraft.vllm.proposer import open_memory
+
+    monkeypatch.setenv("OMNIDRAFT_MEMORY", "off")
+    assert open_memory(tmp_path) is None
+    monkeypatch.setenv("OMNIDRAFT_MEMORY", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("OMNIDRAFT_MEMORY_SPACE", "team-a")
+    memory = open_memory(tmp_path)
+    assert memory.space == "team-a" and memory.store.path.parent == tmp_path / "elsewhere"
 
 
 def test_a_row_still_reading_its_prompt_gets_no_proposal(proposer):
