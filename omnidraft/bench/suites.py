@@ -75,6 +75,8 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "vllm-suffix-used": "vLLM with suffix decoding after answering the memory suite's stream in the same process",
     "vllm-proposer-used": "vLLM with OmniDraft's proposer after answering the same stream (its memory in a scratch "
                           "folder, kept as the engine answers)",
+    "vllm-proposer-reopened": "a second vLLM with OmniDraft's proposer started on a copy of that memory as the stream "
+                              "left it (a deployment restarted)",
 }
 
 
@@ -215,6 +217,15 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                 from omnidraft.models.loading import load_tokenizer
 
                 tok = load_tokenizer(opts.target)
+            if name == "vllm-proposer-reopened":
+                used = built.get("vllm-proposer-used")
+                if used is None:
+                    raise OmniDraftError("the vllm-proposer-reopened row restarts the vllm-proposer-used row's memory",
+                                         "ask for both rows, vllm-proposer-used first")
+                built[key] = (used if isinstance(used, rows.Missing) else
+                              vllm_rows.vllm_row(name, opts.drafter, opts.target, tok, log, threads=opts.threads,
+                                                 reopen=used.memory))
+                continue
             if name.removesuffix("-used") in vllm_rows.SPECS:
                 row = vllm_rows.vllm_row(name, opts.drafter, opts.target, tok, log, threads=opts.threads)
                 if name.endswith("-used") and not isinstance(row, rows.Missing):

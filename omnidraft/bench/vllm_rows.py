@@ -10,7 +10,9 @@ proposer's report of its rounds and cost model (``$OMNIDRAFT_VLLM_STATS``) is th
 once it closes. A ``-used`` row (the memory suite's) is the same server after it answered the
 suite's stream of recurring work: ``vllm-suffix-used`` keeps its suffix trees of those answers in
 the process, ``vllm-proposer-used`` its memory in a scratch folder of its own (the plain
-``vllm-proposer`` row runs with no memory: a measurement neither reads nor fills the pair's).
+``vllm-proposer`` row runs with no memory: a measurement neither reads nor fills the pair's);
+``vllm-proposer-reopened`` is a second server of the proposer started on a copy of that memory as
+the stream left it, as a deployment restarted (vLLM's own suffix trees do not outlive a process).
 
 Knows vLLM's speculative configs and metric names; nothing about interleaving or reports.
 """
@@ -51,12 +53,12 @@ def counts(server) -> tuple[float, float, list[float]]:
 
 class VllmRow:
     """A running vLLM server (launch.VllmServer) as a row; ``tok``: the target's tokenizer; ``stats``:
-    where its proposer reports (None: no proposer)."""
+    where its proposer reports (None: no proposer); ``memory``: its proposer's memory folder (None: none)."""
 
     samples = True
 
-    def __init__(self, name: str, server, tok, stats: Path | None = None):
-        self.name, self.server, self.tok, self.stats = name, server, tok, stats
+    def __init__(self, name: str, server, tok, stats: Path | None = None, memory: Path | None = None):
+        self.name, self.server, self.tok, self.stats, self.memory = name, server, tok, stats, memory
         self.state: dict | None = None
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
@@ -77,16 +79,17 @@ class VllmRow:
 
 
 def vllm_row(key: str, drafter: str, target: str, tok, log: Callable[[str], None], *,
-             threads: int) -> VllmRow | Missing:
-    """The row ``key`` (SPECS, or one of them + ``-used``: the caller feeds it the stream), its
-    server started (Missing where vLLM is not installed or the method does not start on this
-    build: the row says why)."""
+             threads: int, reopen: Path | None = None) -> VllmRow | Missing:
+    """The row ``key`` (SPECS, or one of them + ``-used``: the caller feeds it the stream; or
+    ``vllm-proposer-reopened``: its proposer on a copy of the memory folder ``reopen``), its server
+    started (Missing where vLLM is not installed or the method does not start on this build: the
+    row says why)."""
     from omnidraft.models.catalog import model_dir
     from omnidraft.vllm.launch import start, vllm_python
 
-    base = key.removesuffix("-used")
+    base = key.removesuffix("-used").removesuffix("-reopened")
     name, spec = SPECS[base]
-    name += " after the stream" if key != base else ""
+    name += {"-used": " after the stream", "-reopened": " after the stream, restarted"}.get(key[len(base):], "")
     python = vllm_python()
     if python is None:
         return Missing(name, "no vLLM here: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install -e '.[vllm]' "
@@ -95,7 +98,10 @@ def vllm_row(key: str, drafter: str, target: str, tok, log: Callable[[str], None
         spec = {**spec, "model": str(model_dir(drafter))}
     work = Path(tempfile.mkdtemp(prefix="omnidraft-bench-vllm-"))  # the server's log and its proposer's report
     stats = work / "stats.json" if base == "vllm-proposer" else None
-    env = {"OMNIDRAFT_DRAFTER": drafter, "OMNIDRAFT_MEMORY": str(work / "memory") if key != base else "off",
+    memory = work / "memory" if key != base else None
+    if reopen is not None:
+        copy_memory(reopen, memory)
+    env = {"OMNIDRAFT_DRAFTER": drafter, "OMNIDRAFT_MEMORY": str(memory) if memory else "off",
            **({"OMNIDRAFT_VLLM_STATS": str(stats)} if stats else {})}
     log(f"starting {name} ...")
     try:
@@ -104,4 +110,19 @@ def vllm_row(key: str, drafter: str, target: str, tok, log: Callable[[str], None
     except OmniDraftError as err:  # a method this build cannot run is a row that says why
         log(f"{name} did not start: {err}")
         return Missing(name, f"did not start: {str(err)[:300]}")
-    return VllmRow(name, server, tok, stats)
+    return VllmRow(name, server, tok, stats, memory)
+
+
+def copy_memory(folder: Path, to: Path) -> None:
+    """A consistent copy of the memory in ``folder`` (SQLite's online backup: another process may hold it open)."""
+    import sqlite3
+
+    from omnidraft.memory.store import FILE
+
+    to.mkdir(parents=True, exist_ok=True)
+    src, dst = sqlite3.connect(str(folder / FILE)), sqlite3.connect(str(to / FILE))
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
