@@ -251,17 +251,17 @@ class Session:
         memory = self.memories.space(space) if use != "off" else None
         if memory is not None:
             memory.sync()  # what this and other processes remembered since
-            memory = memory.generation()
+        recalls = memory.generation() if memory is not None else None
         cfg, k = round_rules(self.spec_cfg, pick.route.draft_length, self.has_head)
         result = yield from pieces_speculative(
             self.drafter, pick.route.target, self.pair, target_ids, draft_ids, cfg=cfg, k=k,
             budget=budget, record_topk=RECORD_TOPK if log is not None else 0,
-            head=self.head, lookup=self.lookup, earlier=earlier, memory=memory, stops=stops)
+            head=self.head, lookup=self.lookup, earlier=earlier, memory=recalls, stops=stops)
         if log is not None and result.verified is not None:
             log.append(self.spec.name, prompt, build_record(self.pair.vmap, result.verified).to_bytes())
-        if memory is not None:
+        if recalls is not None:
             kept = fresh[-self.memories.cfg.max_prompt:] if self.memories.cfg.max_prompt else []
-            memory.remember(kept + result.token_ids if use == "on" else [], tally(result.metrics))
+            recalls.remember(kept + result.token_ids if use == "on" else [], tally(result.metrics))
         return result
 
     def generate(self, prompt: Prompt, *, max_new_tokens: int = 128, chat: bool = False, stop: Stops = (),

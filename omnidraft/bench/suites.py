@@ -25,9 +25,9 @@ ratios are to. Every suite's reference is the target alone on the product's runt
   and llama.cpp alone, on held-out prompts of the same kinds (never in the stream) and, as the
   control, code and ShareGPT prompts it never saw; the same memory reopened from its file (as
   after a restart), and llama-server's n-gram speculation (``ngram-simple``, and ``ngram-mod``
-  whose pool outlives a request) after the same stream in the same process; in a phase of its
-  own, vLLM alone (that phase's reference), vLLM ``suffix`` and vLLM + OmniDraft's proposer with
-  its memory, each after the same stream in its own process.
+  whose pool outlives a request) after the same stream in the same process; in phases of their
+  own, vLLM ``suffix`` and vLLM + OmniDraft's proposer with its memory, each after the same stream
+  in its own process, beside vLLM alone (such a phase's reference).
 
 ``Options`` validates itself and names the bad option. Knows the rows; nothing about running them.
 """

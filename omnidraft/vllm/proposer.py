@@ -105,9 +105,11 @@ class OmniDraftProposer:
 
     def state(self) -> dict:
         """The streams' report, with the memory's lookups."""
-        m = self.memory
-        return {**self.streams.state(), **({"memory": {"space": m.space, "lookups": m.finds, "lookup_ms_mean": round(
-            1e3 * m.find_s / max(m.finds, 1), 4), "index_bytes": m.index.nbytes if m.index else 0}} if m else {})}
+        state, m = self.streams.state(), self.memory
+        if m is not None:
+            state["memory"] = {"space": m.space, "lookups": m.finds, "lookup_ms_mean": round(1e3 * m.find_s / max(
+                m.finds, 1), 4), "index_bytes": m.index.nbytes if m.index else 0}
+        return state
 
     def _row(self, i: int, length: int) -> tuple[bool, int | None]:
         """Whether row ``i`` (``length`` ids so far) may be drafted for, and how many more tokens

@@ -29,8 +29,6 @@ CHECK = 16  # ids compared (the last before this step's) to recognise a request'
 FORGET_AFTER = 8  # steps a stream may be missing from the batch (preempted, say) before it is dropped
 STEP_WEIGHT = 0.2  # a step's weight in the running estimate of its width's verify time
 PRIOR_SLOPE = 0.03  # before a width is timed: each extra verified id costs this share of v(1)
-
-
 SOURCES = {"drafter": "drafter", "lookup": "context", "memory": "memory"}  # a round's kind -> who proposed
 
 

@@ -11,8 +11,9 @@ mid-generation the local fallback continues exactly (last: it kills the plain se
 
 OmniDraft's proposer inside vLLM (omnidraft/vllm/): loaded by class path, its greedy output equal
 to vLLM alone's on plain and repetitive prompts, its drafts and copies verified by vLLM (its
-/metrics count them), its state kept in $OMNIDRAFT_HOME; a sampled request gets no drafts on this
-CPU build (its sampled verification is not exact), so its seeded output is vLLM alone's."""
+/metrics count them), its state kept in $OMNIDRAFT_HOME, each ended request kept in the pair's memory
+and recalled when it comes again; a sampled request gets no drafts on this CPU build (its sampled
+verification is not exact), so its seeded output is vLLM alone's."""
 
 from __future__ import annotations
 
@@ -173,6 +174,13 @@ def test_omnidraft_inside_vllm_is_vllms_own_greedy_output(engine, with_proposer,
     state = json.loads((folder / "stats.json").read_text())
     assert state["requests"] >= len(prompts) - 1 and state["rounds"]["lookup"] > 0  # copies on repetitive text
     assert any((folder / "home" / "pairs").rglob("ngrams.sqlite"))  # the pair's state, in its home
+    # the requests that ended are in the pair's memory: the same prompt again is recalled, still vLLM's own output
+    assert state["ended"] >= 1 and any((folder / "home" / "pairs").rglob("memory.sqlite"))
+    ids = qwen_tok(prompts[2], add_special_tokens=False).input_ids
+    assert _vllm_greedy(server, ids, 48) == _vllm_greedy(engine, ids, 48)
+    _vllm_greedy(server, qwen_tok("x", add_special_tokens=False).input_ids, 2)  # a new request: the last reported
+    state = json.loads((folder / "stats.json").read_text())
+    assert state["rounds"]["memory"] > 0 and state["memory"]["lookups"] > 0, state
 
 
 def test_the_vllm_suites_rows_are_vllms_own_output_and_count_what_vllm_verified(engine, with_proposer, qwen_tok):
