@@ -55,7 +55,11 @@ class MemoryStore:
         self.path = Path(folder) / FILE
         self.cfg = cfg
         self._mutex = threading.Lock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OmniDraftError(f"the memory folder {self.path.parent} cannot be made: {err.strerror}",
+                                 "name a folder that can be (or turn the memory off)") from None
         try:
             self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")

@@ -63,3 +63,10 @@ def test_memory_stats_and_clear_on_the_command_line(tmp_path, monkeypatch, capsy
     assert main(["memory", "clear", "--pair", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no pair named 'nope'" in err[0]
+
+
+def test_a_memory_folder_that_cannot_be_made_is_said_once_and_the_pair_goes_on_without_it(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    notes = []
+    assert Memories(tmp_path / "a-file", note=notes.append).space("u") is None
+    assert len(notes) == 1 and "cannot be made" in notes[0] and "\n" not in notes[0]
