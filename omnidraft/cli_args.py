@@ -283,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--agreement", type=int, default=None, help="costs: prompts for top-1 agreement with fp32 "
                     "(default 6; 0: none)")
     be.add_argument("--stream", type=int, default=None, help="memory: prompts of each kind of recurring work "
-                    "the remembered row's memory takes in before measuring (default 40)")
+                    "the remembered row's memory takes in before measuring (default 40); usage: recurring prompts of "
+                    "each kind in the stream beside its code and chat (default 0)")
     be.add_argument("--budget", default=None, help="footprint: the serve-budget row's --max-memory (default 1.5G)")
     be.add_argument("--held", type=int, default=None, help="usage: held-out prompts of each kind (default 12)")
     be.add_argument("--stream-tokens", type=int, default=None, help="usage: new tokens a stream prompt (default 48)")

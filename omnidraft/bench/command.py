@@ -17,7 +17,7 @@ from omnidraft.errors import OmniDraftError
 OWN = {"widths": ("costs",), "reps": ("costs",), "quants": ("costs",), "no_eager": ("costs",),
        "agreement": ("costs",), "rounds": ("costs", "export"), "models": ("export",), "settings": ("export",),
        "held": ("usage",), "stream_tokens": ("usage",), "measure_every": ("usage",), "k": ("usage",),
-       "daemon_config": ("usage",), "drain_minutes": ("usage",), "stream": ("memory",), "budget": ("footprint",)}
+       "daemon_config": ("usage",), "drain_minutes": ("usage",), "stream": ("memory", "usage"), "budget": ("footprint",)}
 NEW_TOKENS = 96  # --max-new-tokens where the suite is not usage
 
 
@@ -93,6 +93,8 @@ def _usage(args, log) -> dict:
     given = {k: getattr(args, k) for k in ("code", "chat", "held", "stream_tokens", "max_new_tokens", "k",
                                             "measure_every", "daemon_config", "drain_minutes")
              if getattr(args, k) is not None}
+    if args.stream is not None:
+        given["recurring"] = args.stream
     rows = _split(args.rows)
     opts = UsageOptions(args.drafter, args.target, threads=args.threads, dtype=args.dtype,
                         **given, **({"rows": rows} if rows is not None else {}))

@@ -1,20 +1,26 @@
-"""The ``usage`` suite: does the pair get faster with use, as a user experiences it? (#20)
+"""The ``usage`` suite: does the pair get faster with use, as a user experiences it? (#20, #86)
 
-A stream of prompts (HumanEval code problems and ShareGPT first turns through the chat template,
-alternating) is generated through ``Session`` with the product's defaults, a training record
-logged per generation, while the real fine-tuning daemon (`omnidraft daemon run`, its own
-process) trains beside it and publishes adapter versions the Session picks up between
-generations. Every ``measure_every`` stream prompts, when a newer version exists, a fixed
-held-out set (code and chat prompts never in the stream) is generated unlogged with the daemon
-frozen (SIGSTOP: the cores are the Session's while it is timed). Before the stream, per held-out
-prompt with the rows rotated (measure/interleave.py): the starting pair, the target alone on the
-same runtime, llama.cpp alone and transformers' assisted generation (``rows``); after it, once
-the daemon has trained on everything, the last version and the target alone again.
+A stream of prompts (HumanEval code problems, ShareGPT first turns and, with ``recurring``, the
+recurring assistant work of omnidraft/recurring.py, the kinds taking turns) is generated through
+``Session`` with the product's defaults (each answer logged for training and kept in the pair's
+memory) while the real fine-tuning daemon (`omnidraft daemon run`, its own process) trains
+beside it and publishes adapter versions the Session picks up between generations. The stream
+runs in blocks of ``busy_block`` prompts with the daemon running and stopped in turn, so its cost
+to a busy device is measured on the same stream (a guest: it must not slow generation). Every
+``measure_every`` stream prompts, when a newer version exists, a fixed held-out set (prompts of
+each kind never in the stream) is generated unlogged with the daemon frozen (SIGSTOP: the cores
+are the Session's while it is timed). Before the stream, per held-out prompt with the rows
+rotated (measure/interleave.py): the starting pair, the target alone on the same runtime,
+llama.cpp alone and transformers' assisted generation (``rows``). After it, once the daemon has
+trained on everything, interleaved per prompt: the cold pair (the starting adapter, no memory,
+its Session made before the stream), memory only (the starting adapter recalling from the
+memory the stream filled), the last version (the daemon only), the last version with the memory
+(use as a user meets it) and the target alone.
 
 It runs in a scratch home (``<home>/usage-runs/<stamp>``) whose models, programs and
 vocabularies are the real home's, so the pair starts where `omnidraft pair` leaves a fresh home.
-Rows of the result: each measurement by a stable name (the history compares "last version" run
-to run); the curve over stream prompts is ``measurements``.
+Rows of the result: each measurement by a stable name (the history compares them run to run);
+the curve over stream prompts is ``measurements``.
 
 Knows Session, the daemon's start/stop/status and the bench rows; the report is usage_report.py's.
 """
@@ -39,8 +45,11 @@ POLL_S = 2.0  # the daemon's poll period here: a run of hours should not wait 10
 
 @dataclass(frozen=True)
 class UsageOptions:
-    """``code`` / ``chat``: stream prompts of each kind; ``held``: held-out prompts of each kind
-    (the last HumanEval problems, ShareGPT turns after the stream's); ``stream_tokens`` /
+    """``code`` / ``chat``: stream prompts of each kind; ``recurring``: stream prompts of each
+    recurring kind (tests, extract, reply; 0: none); ``held``: held-out prompts of each kind in the
+    stream (the last HumanEval problems, ShareGPT turns after the stream's, the recurring kinds'
+    held-out prompts); ``busy_block``: stream prompts between starting and stopping the daemon
+    (its cost to a busy stream, measured); ``stream_tokens`` /
     ``max_new_tokens``: new tokens per stream / held-out prompt; ``k``: a fixed draft length (None:
     the cost model's); ``daemon_config``: a JSON file of the daemon's RoundConfig; ``rows``: the
     baselines beside the pair and the target alone (BASELINES)."""
@@ -49,7 +58,9 @@ class UsageOptions:
     target: str = "qwen2.5-coder-1.5b"
     code: int = 150
     chat: int = 150
+    recurring: int = 0
     held: int = 12
+    busy_block: int = 10
     stream_tokens: int = 48
     max_new_tokens: int = 64
     threads: int = 2
@@ -62,12 +73,13 @@ class UsageOptions:
     rows: tuple[str, ...] = BASELINES
 
     def __post_init__(self):
-        for name in ("code", "chat", "held"):
+        for name in ("code", "chat", "recurring", "held"):
             if getattr(self, name) < 0:
                 raise OmniDraftError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.code + self.chat == 0 or self.held == 0:
-            raise OmniDraftError("usage needs stream prompts and held-out prompts", "--code/--chat and --held >= 1")
-        for name in ("stream_tokens", "max_new_tokens", "threads", "measure_every"):
+        if self.code + self.chat + self.recurring == 0 or self.held == 0:
+            raise OmniDraftError("usage needs stream prompts and held-out prompts",
+                                 "--code/--chat/--stream and --held >= 1")
+        for name in ("stream_tokens", "max_new_tokens", "threads", "measure_every", "busy_block"):
             if getattr(self, name) < 1:
                 raise OmniDraftError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.dtype not in ("fp32", "bf16"):
@@ -130,22 +142,22 @@ def drained(daemon, spec, cfg, timeout_s: float, log: Callable[[str], None]) -> 
     return False
 
 
-def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, others: list) -> dict[str, dict]:
-    """Per prompt, the rows' order rotated: the session's pair (unlogged, as row "pair") and each
-    of ``others`` (bench rows) on the same prompt. {row name: {"code" / "chat" / "all": figures}}:
-    tokens/s, target forwards per generated token (None where a row does not count them), the
-    drafter's acceptance (None without drafts)."""
+def side_by_side(session, prompts: list[tuple[str, str, bool]], max_new_tokens: int, others: list
+                 ) -> dict[str, dict]:
+    """Per prompt ((kind, text, chat)), the rows' order rotated: the session's pair (unlogged, as
+    row "pair"; None: only ``others``) and each of ``others`` (bench rows) on the same prompt.
+    {row name: {kind / "all": figures}}: tokens/s, target forwards per generated token (None where
+    a row does not count them), the drafter's acceptance (None without drafts)."""
     from omnidraft.bench.rows import Prompt, SessionRow
     from omnidraft.measure.interleave import interleaved
     from omnidraft.measure.tally import Tally
 
-    asked = [Prompt("chat" if chat else "code", text, chat) for text, chat in prompts]
+    asked = [Prompt(kind, text, chat) for kind, text, chat in prompts]
     tallies: dict[tuple[str, str], Tally] = {}
-    with session.unlogged():
-        for _, prompt, row, got in interleaved(asked, [SessionRow("pair", session), *others],
-                                               lambda row, p: row.run(p, max_new_tokens)):
-            for kind in (prompt.set, "all"):
-                got.into(tallies.setdefault((row.name, kind), Tally()))
+    rows = ([SessionRow("pair", session)] if session is not None else []) + list(others)
+    for _, prompt, row, got in interleaved(asked, rows, lambda row, p: row.run(p, max_new_tokens)):
+        for kind in (prompt.set, "all"):  # a Session row's generations are unlogged (SessionRow.run)
+            got.into(tallies.setdefault((row.name, kind), Tally()))
     out: dict[str, dict] = {}
     for (name, kind), t in tallies.items():
         acc, per_forward = t.acceptance(), t.tokens_per_forward()
@@ -156,21 +168,26 @@ def side_by_side(session, prompts: list[tuple[str, bool]], max_new_tokens: int, 
     return out
 
 
-def _prompts(opts: UsageOptions) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
-    """(the stream, code and chat alternating; the held-out set), each prompt with whether it is a chat."""
+def _prompts(opts: UsageOptions) -> tuple[list[tuple[str, str, bool]], list[tuple[str, str, bool]]]:
+    """(the stream, the kinds taking turns; the held-out set), each prompt as (kind, text, whether
+    it is a chat)."""
     from omnidraft.prompts import humaneval, sharegpt
+    from omnidraft.recurring import KINDS, recurring
 
     code_all = humaneval()
     if opts.code + opts.held > len(code_all):
         raise OmniDraftError(f"code + held must be <= {len(code_all)} HumanEval problems, got {opts.code + opts.held}")
-    code, held_code = code_all[: opts.code], code_all[len(code_all) - opts.held:]
     chats = sharegpt(opts.chat + opts.held)
-    chat, held_chat = chats[: opts.chat], chats[opts.chat:]
-    stream = []
-    for i in range(max(len(code), len(chat))):
-        stream += [(code[i], False)] if i < len(code) else []
-        stream += [(chat[i], True)] if i < len(chat) else []
-    return stream, [(p, False) for p in held_code] + [(p, True) for p in held_chat]
+    kinds = [("code", code_all[: opts.code], code_all[len(code_all) - opts.held:], False),
+             ("chat", chats[: opts.chat], chats[opts.chat:], True)]
+    if opts.recurring:
+        kinds += [(kind, recurring(kind, opts.recurring), recurring(kind, opts.held, held=True), True)
+                  for kind in KINDS]
+    stream = [(kind, texts[i], chat) for i in range(max(len(texts) for _, texts, _, _ in kinds))
+              for kind, texts, _, chat in kinds if i < len(texts)]
+    held = [(kind, text, chat) for kind, _, texts, chat in kinds if any(k == kind for k, _, _ in stream)
+            for text in texts]
+    return stream, held
 
 
 def run_usage(opts: UsageOptions, *, out: str | Path = "bench/results", keep: bool = True,
@@ -196,7 +213,7 @@ def run_usage(opts: UsageOptions, *, out: str | Path = "bench/results", keep: bo
 def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
     from omnidraft.session import Session
     from omnidraft.bench.baselines import AssistedRow, LlamaCppRow
-    from omnidraft.bench.rows import target_alone
+    from omnidraft.bench.rows import SessionRow, target_alone
     from omnidraft.jobs.pairing import format_report, pair
     from omnidraft.pairs.settings import Runtime
     from omnidraft.train import daemon
@@ -222,46 +239,107 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
             **{r.name: before[r.name] for r in others}}
     record("starting pair", 0, before["pair"])
     del others  # the baselines' models leave memory before the daemon trains
-    pid = daemon.start(POLL_S, config=opts.daemon_config)
-    log(f"daemon pid {pid}")
     measured = session.version  # the adapter pairing started from
+    # the cold pair for the end: the starting adapter, its cost model as pairing left it (made now)
+    start = Session(opts.drafter, opts.target, k=opts.k, log=False, adapter=measured or "none",
+                    runtime=Runtime(target=session.target_runtime, dtype=opts.dtype, threads=opts.threads))
+    busy = Busy(opts, log)
     t0 = time.perf_counter()
     try:
-        for n, (prompt, is_chat) in enumerate(stream, 1):
+        for n, (kind, prompt, is_chat) in enumerate(stream, 1):
+            on = busy.block(n)
             m = session.generate(prompt, max_new_tokens=opts.stream_tokens, chat=is_chat).metrics
-            got["stream_log"].append({"n": n, "chat": is_chat, "version": session.version,
+            busy.took(on, m["new_tokens"], m["wall_s"])
+            got["stream_log"].append({"n": n, "kind": kind, "daemon": on, "version": session.version,
                                       "tokens_per_s": m["tokens_per_s"], "acceptance": m["acceptance_rate"]})
             if n % opts.measure_every == 0 or n == len(stream):
                 log(f"{n}/{len(stream)} stream prompts, adapter {session.version}, {time.perf_counter() - t0:.0f} s")
                 if session.refresh() is not None and session.version != measured:
-                    with frozen(pid):
+                    with busy.frozen():
                         record(f"version {session.version}", n,
                                side_by_side(session, held, opts.max_new_tokens, [])["pair"])
                     measured = session.version
         log("stream done; waiting for the daemon to train on the rest")
+        busy.block(0)
         got["drained"] = drained(daemon, session.spec, cfg, opts.drain_minutes * 60, log)
     finally:
         daemon.stop()
     got["stream_seconds"] = round(time.perf_counter() - t0, 1)
+    got["busy_stream"] = busy.summary()
+    log(f"the stream with the daemon running: {got['busy_stream']['ratio']}x its tokens/s with it stopped")
     session.refresh()
-    after = side_by_side(session, held, opts.max_new_tokens, [alone])
+    final = [SessionRow("cold pair", start), SessionRow("memory only", start, memory="read"),
+             SessionRow("last version", session), SessionRow("last version + memory", session, memory="read"), alone]
+    after = side_by_side(None, held, opts.max_new_tokens, final)
     if session.version is not None and session.version != measured:
-        record(f"final {session.version}", len(stream), after["pair"])
-    last, start = got["measurements"][-1], before["pair"]
-    rows.update({"last version": last, "target alone (after)": after[alone.name]})
-    got["rows"] = {name: {**figures["all"], **{k: figures[k] for k in ("code", "chat") if k in figures}}
+        record(f"final {session.version}", len(stream), after["last version"])
+    rows.update({name: after[name] for name in ("cold pair", "memory only", "last version", "last version + memory")})
+    rows["target alone (after)"] = after[alone.name]
+    got["kinds"] = list(dict.fromkeys(kind for kind, _, _ in held))
+    got["rows"] = {name: {**figures["all"], **{k: figures[k] for k in got["kinds"] if k in figures}}
                    for name, figures in rows.items()}
-    got["last_version"] = last["version"]
+    got["last_version"] = session.version
     got["rounds"] = history(session.spec)
-    got["summary"] = {kind: {"speedup_vs_start": round(last[kind]["tokens_per_s"] / start[kind]["tokens_per_s"], 3),
-                             "forwards_change": _change(last[kind]["forwards_per_token"],
-                                                        start[kind]["forwards_per_token"]),
-                             "vs_target_alone": round(last[kind]["tokens_per_s"]
-                                                      / after[alone.name][kind]["tokens_per_s"], 3)}
-                      for kind in ("code", "chat", "all") if kind in last}
-    session.close()
+    cold, alone_after = after["cold pair"], after[alone.name]
+    got["summary"] = {
+        name: {kind: {"vs_cold_pair": round(after[name][kind]["tokens_per_s"] / cold[kind]["tokens_per_s"], 3),
+                      "forwards_change": _change(after[name][kind]["forwards_per_token"],
+                                                 cold[kind]["forwards_per_token"]),
+                      "vs_target_alone": round(after[name][kind]["tokens_per_s"]
+                                               / alone_after[kind]["tokens_per_s"], 3)}
+               for kind in [*got["kinds"], "all"]}
+        for name in ("memory only", "last version", "last version + memory")}
+    for s in (session, start):
+        s.close()
     alone.session.close()
     return got
+
+
+class Busy:
+    """The daemon over the stream: running for ``busy_block`` prompts, stopped for the next, in
+    turn (its cost to a busy device: the stream's tokens/s while it runs against while it does
+    not, the same prompts' kinds in both), and running after the stream until drained."""
+
+    def __init__(self, opts: UsageOptions, log: Callable[[str], None]):
+        self.opts, self.log = opts, log
+        self.pid: int | None = None
+        self.tally = {True: [0, 0.0], False: [0, 0.0]}  # daemon running -> (new tokens, seconds)
+
+    def block(self, n: int) -> bool:
+        """Whether the daemon runs for stream prompt ``n`` (1-based; 0: after the stream, it does),
+        started or stopped here."""
+        from omnidraft.train import daemon
+
+        on = n == 0 or (n - 1) // self.opts.busy_block % 2 == 0
+        if on and self.pid is None:
+            self.pid = daemon.start(POLL_S, config=self.opts.daemon_config)
+            ready = time.time() + 120  # its imports are start-up, not a cost to the stream
+            while time.time() < ready and not daemon.started(self.pid):
+                time.sleep(0.2)
+            self.log(f"daemon pid {self.pid}")
+        elif not on and self.pid is not None:
+            daemon.stop()
+            self.pid = None
+        return on
+
+    def took(self, on: bool, tokens: int, seconds: float) -> None:
+        self.tally[on][0] += tokens
+        self.tally[on][1] += seconds
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The daemon, if running, stopped (SIGSTOP) for the duration: a timing gets the cores alone."""
+        if self.pid is None:
+            yield
+            return
+        with frozen(self.pid):
+            yield
+
+    def summary(self) -> dict:
+        speed = {on: round(t / s, 3) if s else None for on, (t, s) in self.tally.items()}
+        return {"daemon_running": speed[True], "daemon_stopped": speed[False],
+                "ratio": round(speed[True] / speed[False], 3) if speed[True] and speed[False] else None,
+                "tokens": {"running": self.tally[True][0], "stopped": self.tally[False][0]}}
 
 
 def _change(now: float | None, then: float | None) -> float | None:

@@ -13,7 +13,6 @@ from typing import Callable
 from omnidraft.measure import report
 from omnidraft.measure.report import table
 
-KINDS = ("code", "chat")
 FIELDS = ("tokens_per_s", "forwards_per_token", "acceptance")
 
 
@@ -27,36 +26,51 @@ def write(result: dict, out: str | Path, keep: bool, log: Callable[[str], None])
 def markdown(result: dict) -> list[str]:
     from omnidraft.jobs.pairing import format_report
 
-    o = result["options"]
+    o, kinds = result["options"], result["kinds"]
+    recurring = f" + {o['recurring']} of each recurring kind (tests, extract, reply)" if o["recurring"] else ""
     md = [result["question"], "",
           f"Drafter {o['drafter']} ({result['drafter_runtime']}), target {o['target']} ({result['target_runtime']}), "
           f"greedy, draft length: {'k = ' + str(o['k']) if o['k'] is not None else 'the cost model'}'s. Stream: "
-          f"{result['stream_prompts']} prompts ({o['code']} HumanEval + {o['chat']} ShareGPT, alternating), "
-          f"{o['stream_tokens']} new tokens each, a record logged per prompt; the daemon (`omnidraft daemon run`, "
-          f"config {o['daemon_config'] or 'its defaults'}) trains beside it and is frozen while the held-out set "
-          f"is timed: {o['held']} code + {o['held']} chat prompts never in the stream, {o['max_new_tokens']} new "
-          "tokens each. Before the stream the starting pair, the target alone and the baselines run per held-out "
-          "prompt with the rows rotated; after it the last version and the target alone.", "",
+          f"{result['stream_prompts']} prompts ({o['code']} HumanEval + {o['chat']} ShareGPT{recurring}, the kinds "
+          f"taking turns), {o['stream_tokens']} new tokens each, a record logged and the answer remembered per "
+          f"prompt; the daemon (`omnidraft daemon run`, config {o['daemon_config'] or 'its defaults'}) runs beside "
+          f"it for {o['busy_block']} prompts and is stopped for the next {o['busy_block']}, in turn, and is frozen "
+          f"while the held-out set is timed: {o['held']} prompts of each kind ({', '.join(kinds)}) never in the "
+          f"stream, {o['max_new_tokens']} new tokens each. Before the stream the starting pair, the target alone and "
+          "the baselines run per held-out prompt with the rows rotated; after it (the daemon drained) the cold pair "
+          "(the starting adapter, no memory), memory only, the last version (the daemon only), the last version with "
+          "the memory and the target alone, likewise.", "",
           "`omnidraft pair`'s report before the stream:", "", "```", format_report(result["pairing"]), "```", ""]
-    rows = [[m["label"], m["prompts_seen"], m.get("version") or "-"] + [m[k][f] for k in KINDS for f in FIELDS]
-            for m in result["measurements"]]
-    md += table(["pair", "stream prompts seen", "adapter"] + [f"{k} {f.replace('_', ' ')}" for k in KINDS
-                                                            for f in FIELDS], rows)
-    md += ["", "Each row of the result (held-out prompts, code and chat together):", ""]
-    md += table(["row", "tokens/s", "code tokens/s", "chat tokens/s", "forwards per token"],
-                [[name, r["tokens_per_s"], r["code"]["tokens_per_s"], r["chat"]["tokens_per_s"],
-                  r["forwards_per_token"] if r["forwards_per_token"] is not None else "-"]
+    rows = [[m["label"], m["prompts_seen"], m.get("version") or "-"] + [m[k]["tokens_per_s"] for k in kinds]
+            + [m["all"][f] for f in FIELDS] for m in result["measurements"]]
+    md += ["Held-out measurements over the stream (the pair as it was then, no memory):", ""]
+    md += table(["pair", "stream prompts seen", "adapter"] + [f"{k} tok/s" for k in kinds]
+                + [f"all {f.replace('_', ' ')}" for f in FIELDS], rows)
+    md += ["", "Each row of the result (held-out prompts):", ""]
+    md += table(["row", "tokens/s"] + [f"{k} tok/s" for k in kinds] + ["forwards per token"],
+                [[name, r["tokens_per_s"]] + [r[k]["tokens_per_s"] for k in kinds]
+                 + [r["forwards_per_token"] if r["forwards_per_token"] is not None else "-"]
                  for name, r in result["rows"].items()])
-    md += ["", "Last version against the starting pair (same session, same run): " + "; ".join(
-        f"{k}: tokens/s {v['speedup_vs_start']}x, forwards/token "
-        f"{'-' if v['forwards_change'] is None else format(v['forwards_change'], '+.1%')}, vs the target alone "
-        f"{v['vs_target_alone']}x" for k, v in result["summary"].items())]
+    md += ["", "After the stream, interleaved per prompt, against the cold pair (tokens/s ratio; target forwards "
+           "per token's change) and the target alone:", ""]
+    md += table(["row", *kinds, "all", "all vs the target alone"],
+                [[name, *(_ratio(v[k]) for k in [*kinds, "all"]), f"{v['all']['vs_target_alone']}x"]
+                 for name, v in result["summary"].items()])
+    b = result["busy_stream"]
+    md += ["", f"The busy stream: {b['daemon_running']} tokens/s with the daemon running beside it, "
+           f"{b['daemon_stopped']} with it stopped ({b['ratio']}x; {b['tokens']['running']} and "
+           f"{b['tokens']['stopped']} tokens)."]
     md += ["", "Daemon rounds: " + ("; ".join(
         f"{r['status']} {r.get('version', '')} ({len(r.get('record_ids', []))} new + "
         f"{len(r.get('replayed_ids', []))} replayed records, held-out {r.get('acceptance_before')} -> "
         f"{r.get('acceptance_after')}, {r.get('seconds')} s)" for r in result["rounds"]) or "none"),
            "" if result.get("drained") else "(the daemon had not trained on every record when the run ended)"]
     return md
+
+
+def _ratio(v: dict) -> str:
+    change = v["forwards_change"]
+    return f"{v['vs_cold_pair']}x ({'-' if change is None else format(change, '+.1%')})"
 
 
 def plot(result: dict, path: Path, log: Callable[[str], None]) -> None:
@@ -68,15 +82,16 @@ def plot(result: dict, path: Path, log: Callable[[str], None]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = result["measurements"]
-    fixed = {name: r for name, r in result["rows"].items() if name not in ("starting pair", "last version")}
+    pts, kinds = result["measurements"], result["kinds"]
+    fixed = {name: r for name, r in result["rows"].items() if name in ("cold pair", "last version + memory",
+                                                                        "target alone (after)")}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, field, name in ((axes[0], "tokens_per_s", "held-out tokens/s"),
                             (axes[1], "forwards_per_token", "target forwards per generated token")):
-        for kind, color in (("code", "tab:blue"), ("chat", "tab:orange")):
+        for kind, color in zip(kinds, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")):
             ax.plot([m["prompts_seen"] for m in pts], [m[kind][field] for m in pts], marker="o", color=color,
                     label=f"pair, {kind}")
-            for (row, r), style in zip(fixed.items(), ("--", ":", "-.", (0, (1, 1)))):
+            for (row, r), style in zip(fixed.items(), ("--", ":", "-.")):
                 if r[kind][field] is not None:
                     ax.axhline(r[kind][field], color=color, linestyle=style, alpha=0.7, label=f"{row}, {kind}")
         ax.set_xlabel("stream prompts seen")

@@ -239,6 +239,11 @@ def _read_status() -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def started(pid: int) -> bool:
+    """Whether the daemon ``pid`` is past its start-up (its imports): its first status written."""
+    return _read_status().get("pid") == pid
+
+
 def status() -> dict:
     info = _read_status()
     pid = read_pid()

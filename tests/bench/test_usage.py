@@ -21,29 +21,38 @@ def test_usage_runs_a_logged_stream_with_the_daemon_and_measures_held_out_prompt
     monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
     monkeypatch.setattr("omnidraft.prompts.sharegpt", lambda n: CHAT_PROMPTS[:n])  # the test tier has no ShareGPT
     drafter, target = models
-    config = tmp_path / "round.json"  # a round after 4 records, so the daemon trains within the stream
+    config = tmp_path / "round.json"  # a round after 4 records, so the daemon trains on the stream
     config.write_text(json.dumps({"min_records": 4, "max_records": 8, "eval_records": 2, "replay": 0}))
-    opts = UsageOptions(drafter, target, code=4, chat=4, held=2, stream_tokens=8, max_new_tokens=8, dtype="fp32",
-                        measure_every=4, daemon_config=str(config), drain_minutes=2.0, calibration_s=1.0, rows=())
+    opts = UsageOptions(drafter, target, code=2, chat=2, recurring=2, held=1, busy_block=5, stream_tokens=8,
+                        max_new_tokens=8, dtype="fp32", measure_every=5, daemon_config=str(config),
+                        drain_minutes=2.0, calibration_s=1.0, rows=())
     out = tmp_path / "results"
     root = tmp_path / "scratch"
     got = run_usage(opts, out=out, root=root)
     assert os.environ["OMNIDRAFT_HOME"] == str(home)  # the scratch home was the run's only
     assert (root / "verlog.sqlite").is_file() and not (home / "verlog.sqlite").exists()
-    assert got["stream_prompts"] == 8 and len(got["stream_log"]) == 8
-    assert [s["chat"] for s in got["stream_log"]] == [False, True] * 4  # code and chat alternate
+    assert got["stream_prompts"] == 10 and len(got["stream_log"]) == 10
+    kinds = ["code", "chat", "tests", "extract", "reply"]
+    assert [s["kind"] for s in got["stream_log"]] == kinds * 2  # the kinds take turns
+    assert [s["daemon"] for s in got["stream_log"]] == [True] * 5 + [False] * 5  # running, then stopped
+    busy = got["busy_stream"]
+    assert busy["tokens"]["running"] > 0 and busy["tokens"]["stopped"] > 0 and busy["ratio"] > 0
     assert got["rounds"], "the daemon ran no round on the stream's records"
     assert got["drained"]  # it trained on every record before the last measurement
+    assert got["kinds"] == kinds
     names = list(got["rows"])
-    assert names[:2] == ["starting pair", "target alone (before)"] and names[-2:] == ["last version",
-                                                                                     "target alone (after)"]
+    assert names[:2] == ["starting pair", "target alone (before)"]
+    assert names[-5:] == ["cold pair", "memory only", "last version", "last version + memory", "target alone (after)"]
     start = got["rows"]["starting pair"]
-    assert start["code"]["tokens"] == 2 * 8 and start["chat"]["tokens"] == 2 * 8 and start["tokens"] == 32
+    assert all(start[k]["tokens"] == 8 for k in kinds) and start["tokens"] == 40
     assert got["rows"]["target alone (before)"]["forwards_per_token"] == pytest.approx(1.0, abs=0.07)
-    assert got["summary"]["all"]["speedup_vs_start"] > 0
-    assert got["commit"] and got["options"]["held"] == 2
+    assert got["rows"]["cold pair"]["tokens"] == got["rows"]["last version + memory"]["tokens"] == 40
+    assert set(got["summary"]) == {"memory only", "last version", "last version + memory"}
+    assert got["summary"]["last version + memory"]["all"]["vs_cold_pair"] > 0
+    assert got["commit"] and got["options"]["held"] == 1
     md = sorted(out.glob("bench-usage-*.md"))[-1].read_text()
-    assert "First run of this suite" in md and "| last version |" in md and got["cpu"]["line"] in md
+    assert "First run of this suite" in md and "| last version + memory |" in md and got["cpu"]["line"] in md
+    assert "The busy stream:" in md
     assert json.loads((out / "history.jsonl").read_text())["rows"]["last version"]["tokens_per_s"] > 0
 
 
@@ -57,7 +66,8 @@ def test_side_by_side_runs_every_row_on_every_prompt_by_kind(tmp_path, monkeypat
     runtime = Runtime(dtype="fp32")
     session = Session(drafter, target, runtime=runtime)  # logging, as the usage stream's
     alone = target_alone(target, Runtime(target=session.target_runtime, dtype="fp32"))
-    got = side_by_side(session, [("def f(x):", False), (CHAT_PROMPTS[0], True), ("class A:", False)], 6, [alone])
+    got = side_by_side(session, [("code", "def f(x):", False), ("chat", CHAT_PROMPTS[0], True),
+                                 ("code", "class A:", False)], 6, [alone])
     assert set(got) == {"pair", alone.name}
     for row in got.values():
         assert row["code"]["tokens"] == 12 and row["chat"]["tokens"] == 6 and row["all"]["tokens"] == 18
@@ -70,6 +80,10 @@ def test_bad_usage_options_are_one_line_errors(capsys, tmp_path):
         UsageOptions(rows=("serve",))
     with pytest.raises(OmniDraftError, match="held-out"):
         UsageOptions(held=0)
+    with pytest.raises(OmniDraftError, match="recurring must be >= 0"):
+        UsageOptions(recurring=-1)
+    with pytest.raises(OmniDraftError, match="busy_block must be >= 1"):
+        UsageOptions(busy_block=0)
     with pytest.raises(OmniDraftError, match="no daemon config"):
         UsageOptions(daemon_config=str(tmp_path / "missing.json"))
     assert main(["bench", "usage", "--clients", "2"]) == 2
