@@ -50,6 +50,21 @@ def generating() -> Iterator[None]:
         os.close(fd)  # and the lock with it
 
 
+def free() -> bool:
+    """True when a generation could start now without waiting (no exclusive hold: a daemon's probe)."""
+    fd = _open()
+    if fd is None:
+        return True
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
 def idle(quiet_s: float = QUIET_S) -> bool:
     """True when no generation runs anywhere and the last one ended at least ``quiet_s`` ago."""
     fd = _open()

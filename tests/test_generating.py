@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 
-from omnidraft.generating import generating, idle
+from omnidraft.generating import free, generating, idle
 
 from .test_session import FP32, models  # noqa: F401  (the tiny pair the Session tests run)
 
@@ -21,6 +21,22 @@ def test_a_generation_in_flight_is_seen_and_its_end_is_stamped(tmp_path, monkeyp
             assert not idle(quiet_s=0)
         assert not idle(quiet_s=0)
     assert idle(quiet_s=0) and not idle(quiet_s=60)  # it ended just now
+
+
+def test_free_says_whether_a_generation_would_wait_for_an_exclusive_hold(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    assert free()
+    with generating():
+        assert free()  # generations share it
+    fd = os.open(tmp_path / "daemon" / "generating.lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the daemon's probe, caught in the act
+    try:
+        assert not free()
+    finally:
+        os.close(fd)
+    assert free()
 
 
 def test_a_killed_generator_releases_the_signal(tmp_path, monkeypatch):

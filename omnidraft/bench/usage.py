@@ -46,9 +46,9 @@ POLL_S = 2.0  # the daemon's poll period here: a run of hours should not wait 10
 @dataclass(frozen=True)
 class UsageOptions:
     """``code`` / ``chat``: stream prompts of each kind; ``recurring``: stream prompts of each
-    recurring kind (tests, extract, reply; 0: none); ``held``: held-out prompts of each kind in the
-    stream (the last HumanEval problems, ShareGPT turns after the stream's, the recurring kinds'
-    held-out prompts); ``busy_block``: stream prompts between starting and stopping the daemon
+    recurring kind (tests, extract, reply; 0: none); ``held``: held-out prompts of each kind (the
+    last HumanEval problems, ShareGPT turns after the stream's, and with ``recurring`` the recurring
+    kinds' held-out ones; code and chat the control where the stream has none); ``busy_block``: stream prompts between starting and stopping the daemon
     (its cost to a busy stream, measured); ``stream_tokens`` /
     ``max_new_tokens``: new tokens per stream / held-out prompt; ``k``: a fixed draft length (None:
     the cost model's); ``daemon_config``: a JSON file of the daemon's RoundConfig; ``rows``: the
@@ -111,12 +111,31 @@ def at_home(path: Path) -> Iterator[Path]:
 
 @contextmanager
 def frozen(pid: int) -> Iterator[None]:
-    """The daemon process stopped (SIGSTOP) for the duration: a timing gets the cores alone."""
-    os.kill(pid, signal.SIGSTOP)
+    """The daemon process stopped (SIGSTOP) for the duration: a timing gets the cores alone. Never
+    stopped inside its probe of the generating lock (an instant's exclusive hold that would keep
+    every generation waiting): if it holds it, it runs on a moment and is stopped again."""
+    from omnidraft.generating import free
+
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        while _state(pid) not in ("T", "t", None):
+            time.sleep(0.001)
+        if free():
+            break
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
     try:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (/proc; None: gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def drained(daemon, spec, cfg, timeout_s: float, log: Callable[[str], None]) -> bool:
@@ -185,8 +204,7 @@ def _prompts(opts: UsageOptions) -> tuple[list[tuple[str, str, bool]], list[tupl
                   for kind in KINDS]
     stream = [(kind, texts[i], chat) for i in range(max(len(texts) for _, texts, _, _ in kinds))
               for kind, texts, _, chat in kinds if i < len(texts)]
-    held = [(kind, text, chat) for kind, _, texts, chat in kinds if any(k == kind for k, _, _ in stream)
-            for text in texts]
+    held = [(kind, text, chat) for kind, _, texts, chat in kinds for text in texts]  # code and chat: the control
     return stream, held
 
 
@@ -219,7 +237,8 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
     from omnidraft.train import daemon
     from omnidraft.train.tuning import history
 
-    session = Session(opts.drafter, opts.target, k=opts.k, runtime=Runtime(dtype=opts.dtype, threads=opts.threads))
+    runtime = Runtime(dtype=opts.dtype, threads=opts.threads)  # the product's: both pairs route alike
+    session = Session(opts.drafter, opts.target, k=opts.k, runtime=runtime)
     cfg = daemon.load_config(opts.daemon_config)  # a bad config is an error before the stream, not in the daemon
     paired = pair(opts.target, opts.drafter, session=session, calibration_s=opts.calibration_s)  # the user's first step
     log(format_report(paired))
@@ -241,8 +260,7 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
     del others  # the baselines' models leave memory before the daemon trains
     measured = session.version  # the adapter pairing started from
     # the cold pair for the end: the starting adapter, its cost model as pairing left it (made now)
-    start = Session(opts.drafter, opts.target, k=opts.k, log=False, adapter=measured or "none",
-                    runtime=Runtime(target=session.target_runtime, dtype=opts.dtype, threads=opts.threads))
+    start = Session(opts.drafter, opts.target, k=opts.k, log=False, adapter=measured or "none", runtime=runtime)
     busy = Busy(opts, log)
     t0 = time.perf_counter()
     try:

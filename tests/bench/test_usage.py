@@ -91,3 +91,38 @@ def test_bad_usage_options_are_one_line_errors(capsys, tmp_path):
     assert main(["bench", "pair", "--held", "3", "--stream-tokens", "9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--held, --stream-tokens: not an option of the pair suite" in err[0]
+
+
+def test_a_stream_of_recurring_work_alone_keeps_code_and_chat_as_the_held_out_control(monkeypatch):
+    from omnidraft.bench.usage import _prompts
+    from omnidraft.recurring import recurring
+
+    monkeypatch.setattr("omnidraft.prompts.sharegpt", lambda n: CHAT_PROMPTS[:n])
+    stream, held = _prompts(UsageOptions(code=0, chat=0, recurring=2, held=1))
+    assert [k for k, _, _ in stream] == ["tests", "extract", "reply"] * 2 and all(chat for _, _, chat in stream)
+    assert [k for k, _, _ in held] == ["code", "chat", "tests", "extract", "reply"]
+    assert not {text for _, text, _ in held} & {text for _, text, _ in stream}  # held out: never in the stream
+    assert held[2][1] == recurring("tests", 1, held=True)[0]
+
+
+def test_the_daemon_is_never_frozen_inside_its_probe_of_the_generating_lock(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from omnidraft.bench.usage import _state, frozen
+    from omnidraft.generating import free
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    (tmp_path / "daemon").mkdir()
+    probe = ("import fcntl, os, time\nfd = os.open(os.environ['OMNIDRAFT_HOME'] + '/daemon/generating.lock', "
+             "os.O_RDWR | os.O_CREAT)\nfcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(0.5)\n"
+             "fcntl.flock(fd, fcntl.LOCK_UN)\ntime.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", probe], env=dict(os.environ), stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held" and not free()
+        with frozen(child.pid):  # it holds the lock for 0.5 s more: stopped only once it let go
+            assert _state(child.pid) == "T" and free()
+        assert _state(child.pid) in ("S", "R")
+    finally:
+        child.kill()
+        child.wait()
