@@ -11,6 +11,9 @@ atomically (fsio.py) as safetensors with the ids, the weights and a sha256 of th
 header: a file that is truncated, corrupt, unreadable or for other weights is skipped with one
 log line, never used (a corrupt one is removed), and a state the folder cannot take (a full disk)
 stays in RAM with one log line. The folder is read lazily (headers only) on the first lookup.
+With ``background``, files are written by a thread of their own, so a generation's turn ends when
+its state is in RAM (a state waiting for its file is held in RAM until written, at most WAITING of
+them; a ``kill -9`` meanwhile loses only those files, never a file half written: atomic writes).
 
 A state's tensors are stored as they are (an ExecuTorch program's per-layer keys and values, or a
 llama.cpp sequence's one uint8 blob: device/llamacpp.py), so one folder holds both kinds.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -42,6 +46,7 @@ from omnidraft.models.lm import common_prefix
 log = logging.getLogger("omnidraft.states")
 SUFFIX = ".state"
 LOCAL = "local"  # the space of a Session's own conversations (a file written without one is of it)
+WAITING = 2  # states waiting for the background writer; a third put waits for the disk, as without one
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,11 @@ class _Saved:
 
 class SavedStates:
     """At most ``ram_bytes`` of states in RAM (least recently used out first) and, with ``folder``,
-    at most ``disk_bytes`` of files there (oldest out first). Safe across threads; counts what
+    at most ``disk_bytes`` of files there (oldest out first), written by a thread of their own
+    with ``background`` (``flush`` waits for them, ``close`` too). Safe across threads; counts what
     each lookup found (``restored``)."""
 
-    def __init__(self, ram_bytes: int, folder: Path | None = None, disk_bytes: int = 0):
+    def __init__(self, ram_bytes: int, folder: Path | None = None, disk_bytes: int = 0, background: bool = False):
         if ram_bytes < 0 or disk_bytes < 0:
             raise ValueError(f"SavedStates bounds must be >= 0, got {ram_bytes} and {disk_bytes}")
         self.ram_bytes, self.disk_bytes = ram_bytes, disk_bytes
@@ -86,6 +92,8 @@ class SavedStates:
         self._scanned = self.folder is None
         self._lock = threading.Lock()
         self.restored = {"ram": 0, "disk": 0}  # bundles found in each
+        self._waiting: queue.Queue | None = queue.Queue(WAITING) if background and self.folder is not None else None
+        self._writer: threading.Thread | None = None
 
     # ------------------------------------------------------------------ bounds
     @property
@@ -102,25 +110,64 @@ class SavedStates:
         ``space``, replacing what was kept there under the same ids."""
         saved = _Saved(tuple(key), {n: s.weights for n, s in states.items()},
                        sum(s.nbytes for s in states.values()), dict(states), space=space)
+        to_disk = self.folder is not None and saved.nbytes <= self.disk_bytes
         with self._lock:
             self._scan()
             old = self._saved.pop(saved.slot, None)
             if old is not None and old.path is not None:
                 old.path.unlink(missing_ok=True)
-            if self.folder is not None and saved.nbytes <= self.disk_bytes:
+            if to_disk and self._waiting is None:
                 self._make_room_on_disk(saved.nbytes)
-                try:
-                    saved.path = _write(self.folder, saved)
-                except OSError as err:  # a full or read-only disk: this state stays in RAM only
-                    log.warning("saved state not written to %s: %s", self.folder, err.strerror or err)
-                else:
-                    self._saved[saved.slot] = saved
-                    self._make_room_on_disk(0, keep=saved)  # its header counted too
+                saved.path = _written(self.folder, saved, saved.states)
             if saved.nbytes > self.ram_bytes:
                 saved.states = None
             if saved.states is not None or saved.path is not None:
                 self._saved[saved.slot] = saved
+                self._make_room_on_disk(0, keep=saved)  # its header counted too
             self._make_room_in_ram()
+        if to_disk and self._waiting is not None:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_all, name="omnidraft-states", daemon=True)
+                self._writer.start()
+            self._waiting.put((saved, dict(states)))  # its tensors, whatever RAM's LRU does meanwhile
+
+    def flush(self) -> None:
+        """Return when every state put so far is in its file (or known not to fit the disk)."""
+        if self._waiting is not None:
+            self._waiting.join()
+
+    def close(self) -> None:
+        """Write what waits, then end the writer."""
+        if self._writer is not None:
+            self._waiting.put(None)
+            self._writer.join()
+            self._writer = None
+
+    def _write_all(self) -> None:
+        """The background writer: each state's file, outside the lock (lookups go on meanwhile)."""
+        while (job := self._waiting.get()) is not None:
+            saved, states = job
+            try:
+                with self._lock:
+                    if self._saved.get(saved.slot, saved) is not saved:  # put again since: the newer one counts
+                        continue
+                    self._make_room_on_disk(saved.nbytes)
+                path = _written(self.folder, saved, states)
+                with self._lock:
+                    now = self._saved.get(saved.slot)
+                    if now is not None and now is not saved:  # put again while this was written
+                        if path is not None:
+                            path.unlink(missing_ok=True)
+                        continue
+                    saved.path = path
+                    if now is None and path is not None:  # out of RAM meanwhile: on disk, least recently used
+                        self._saved[saved.slot] = saved
+                        self._saved.move_to_end(saved.slot, last=False)
+                    if saved.path is not None:
+                        self._make_room_on_disk(0, keep=saved)
+            finally:
+                self._waiting.task_done()
+        self._waiting.task_done()
 
     # ------------------------------------------------------------------ find
     def best(self, ids: list[int], weights: dict[str, str], space: str = LOCAL) -> Found | None:
@@ -198,13 +245,23 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _write(folder: Path, saved: _Saved) -> Path:
+def _written(folder: Path, saved: _Saved, states: dict[str, KVState]) -> Path | None:
+    """``states``' file in ``folder``, or None with one log line where the folder cannot take it
+    (full, read-only): the state stays in RAM only."""
+    try:
+        return _write(folder, saved, states)
+    except OSError as err:
+        log.warning("saved state not written to %s: %s", folder, err.strerror or err)
+        return None
+
+
+def _write(folder: Path, saved: _Saved, states: dict[str, KVState]) -> Path:
     from safetensors.torch import save_file
 
-    tensors = _tensors(saved.states)
+    tensors = _tensors(states)
     name = hashlib.sha256(json.dumps([saved.space, list(saved.key), saved.weights]).encode()).hexdigest()[:24]
     head = {"key": list(saved.key), "space": saved.space, "weights": saved.weights, "nbytes": saved.nbytes,
-            "ids": {n: list(s.ids) for n, s in saved.states.items()}, "sha256": _digest(tensors)}
+            "ids": {n: list(s.ids) for n, s in states.items()}, "sha256": _digest(tensors)}
     path = folder / f"{name}{SUFFIX}"
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"omnidraft": json.dumps(head)})

@@ -66,7 +66,7 @@ def _saved_states(runtime: Runtime) -> SavedStates | None:
         return None
     folder = Path(runtime.state_dir) if runtime.state_dir else home() / "states"
     return SavedStates(runtime.cache_ram_mib << 20, folder if runtime.state_disk_mib else None,
-                       runtime.state_disk_mib << 20)
+                       runtime.state_disk_mib << 20, background=True)  # a turn ends with its state in RAM
 
 
 def _note(message: str) -> None:
@@ -299,6 +299,8 @@ class Session:
             self.log, self.memory_use = log, use
 
     def close(self) -> None:
+        if self.conversations.states is not None:
+            self.conversations.states.close()  # the states waiting for their files written
         if self.log is not None:
             self.log.close()
         if self.memories is not None:

@@ -14,7 +14,7 @@ rotated (measure/interleave.py): the starting pair, the target alone on the same
 llama.cpp alone and transformers' assisted generation (``rows``). After it, once the daemon has
 trained on everything, interleaved per prompt: the cold pair (the starting adapter, no memory,
 its Session made before the stream), memory only (the starting adapter recalling from the
-memory the stream filled), the last version (the daemon only), the last version with the memory
+memory the stream filled, its cost model as the stream left it), the last version (the daemon only), the last version with the memory
 (use as a user meets it) and the target alone.
 
 It runs in a scratch home (``<home>/usage-runs/<stamp>``) whose models, programs and
@@ -48,8 +48,9 @@ class UsageOptions:
     """``code`` / ``chat``: stream prompts of each kind; ``recurring``: stream prompts of each
     recurring kind (tests, extract, reply; 0: none); ``held``: held-out prompts of each kind (the
     last HumanEval problems, ShareGPT turns after the stream's, and with ``recurring`` the recurring
-    kinds' held-out ones; code and chat the control where the stream has none); ``busy_block``: stream prompts between starting and stopping the daemon
-    (its cost to a busy stream, measured); ``stream_tokens`` /
+    kinds' held-out ones; code and chat the control where the stream has none); ``busy_block``:
+    stream prompts between starting and stopping the daemon (its cost to a busy stream, measured);
+    ``stream_tokens`` /
     ``max_new_tokens``: new tokens per stream / held-out prompt; ``k``: a fixed draft length (None:
     the cost model's); ``daemon_config``: a JSON file of the daemon's RoundConfig; ``rows``: the
     baselines beside the pair and the target alone (BASELINES)."""
@@ -174,16 +175,21 @@ def side_by_side(session, prompts: list[tuple[str, str, bool]], max_new_tokens: 
     asked = [Prompt(kind, text, chat) for kind, text, chat in prompts]
     tallies: dict[tuple[str, str], Tally] = {}
     rows = ([SessionRow("pair", session)] if session is not None else []) + list(others)
+    routes: dict[str, dict[str, int]] = {}  # row -> target runtime -> generations (a routed pair's)
     for _, prompt, row, got in interleaved(asked, rows, lambda row, p: row.run(p, max_new_tokens)):
         for kind in (prompt.set, "all"):  # a Session row's generations are unlogged (SessionRow.run)
             got.into(tallies.setdefault((row.name, kind), Tally()))
+        if got.figures.get("runtime"):
+            counts = routes.setdefault(row.name, {})
+            counts[got.figures["runtime"]] = counts.get(got.figures["runtime"], 0) + 1
     out: dict[str, dict] = {}
     for (name, kind), t in tallies.items():
         acc, per_forward = t.acceptance(), t.tokens_per_forward()
         out.setdefault(name, {})[kind] = {
             "tokens_per_s": round(t.tokens_per_s(), 3), "tokens": t.tokens,
             "forwards_per_token": round(t.forwards / t.tokens, 4) if per_forward is not None and t.tokens else None,
-            "acceptance": None if acc is None else round(acc, 4)}
+            "acceptance": None if acc is None else round(acc, 4),
+            **({"runtimes": routes[name]} if kind == "all" and name in routes else {})}
     return out
 
 
@@ -258,9 +264,9 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
             **{r.name: before[r.name] for r in others}}
     record("starting pair", 0, before["pair"])
     del others  # the baselines' models leave memory before the daemon trains
-    measured = session.version  # the adapter pairing started from
+    measured = first = session.version  # the adapter pairing started from
     # the cold pair for the end: the starting adapter, its cost model as pairing left it (made now)
-    start = Session(opts.drafter, opts.target, k=opts.k, log=False, adapter=measured or "none", runtime=runtime)
+    start = Session(opts.drafter, opts.target, k=opts.k, log=False, adapter=first or "none", runtime=runtime)
     busy = Busy(opts, log)
     t0 = time.perf_counter()
     try:
@@ -286,7 +292,9 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
     got["busy_stream"] = busy.summary()
     log(f"the stream with the daemon running: {got['busy_stream']['ratio']}x its tokens/s with it stopped")
     session.refresh()
-    final = [SessionRow("cold pair", start), SessionRow("memory only", start, memory="read"),
+    # memory only: the starting adapter, its cost model as the stream left it (what it learnt of recalls)
+    recalling = Session(opts.drafter, opts.target, k=opts.k, log=False, adapter=first or "none", runtime=runtime)
+    final = [SessionRow("cold pair", start), SessionRow("memory only", recalling, memory="read"),
              SessionRow("last version", session), SessionRow("last version + memory", session, memory="read"), alone]
     after = side_by_side(None, held, opts.max_new_tokens, final)
     if session.version is not None and session.version != measured:
@@ -307,16 +315,19 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
                                                / alone_after[kind]["tokens_per_s"], 3)}
                for kind in [*got["kinds"], "all"]}
         for name in ("memory only", "last version", "last version + memory")}
-    for s in (session, start):
+    for s in (session, start, recalling):
         s.close()
     alone.session.close()
     return got
 
 
 class Busy:
-    """The daemon over the stream: running for ``busy_block`` prompts, stopped for the next, in
-    turn (its cost to a busy device: the stream's tokens/s while it runs against while it does
-    not, the same prompts' kinds in both), and running after the stream until drained."""
+    """The daemon over the stream: blocks of ``busy_block`` prompts with it running and stopped,
+    in ABBA order (running, stopped, stopped, running, ...: a trend over the stream, as the memory
+    fills, weighs on both alike), so its cost to a busy device is the stream's tokens/s while it
+    runs against while it does not, the same prompts' kinds in both; running after the stream
+    until drained. It starts as under a busy stream: the seconds it takes to start are not an idle
+    gap it may train in (a generation is held meanwhile)."""
 
     def __init__(self, opts: UsageOptions, log: Callable[[str], None]):
         self.opts, self.log = opts, log
@@ -326,18 +337,22 @@ class Busy:
     def block(self, n: int) -> bool:
         """Whether the daemon runs for stream prompt ``n`` (1-based; 0: after the stream, it does),
         started or stopped here."""
+        from omnidraft.generating import generating
         from omnidraft.train import daemon
 
-        on = n == 0 or (n - 1) // self.opts.busy_block % 2 == 0
+        on = n == 0 or (n - 1) // self.opts.busy_block % 4 in (0, 3)
         if on and self.pid is None:
-            self.pid = daemon.start(POLL_S, config=self.opts.daemon_config)
-            ready = time.time() + 120  # its imports are start-up, not a cost to the stream
-            while time.time() < ready and not daemon.started(self.pid):
-                time.sleep(0.2)
-            self.log(f"daemon pid {self.pid}")
+            with generating():  # a stream in flight: its start-up (imports) is no idle gap to train in
+                self.pid = daemon.start(POLL_S, config=self.opts.daemon_config)
+                ready = time.time() + 120
+                while time.time() < ready and not daemon.started(self.pid):
+                    time.sleep(0.2)
         elif not on and self.pid is not None:
             daemon.stop()
             self.pid = None
+        else:
+            return on
+        self.log(f"stream prompt {n}: the daemon {'running' if on else 'stopped'}" if n else "the daemon running")
         return on
 
     def took(self, on: bool, tokens: int, seconds: float) -> None:

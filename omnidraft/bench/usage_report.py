@@ -51,6 +51,11 @@ def markdown(result: dict) -> list[str]:
                 [[name, r["tokens_per_s"]] + [r[k]["tokens_per_s"] for k in kinds]
                  + [r["forwards_per_token"] if r["forwards_per_token"] is not None else "-"]
                  for name, r in result["rows"].items()])
+    routed = [f"{name}: " + ", ".join(f"{n} on {rt}" for rt, n in sorted(r["runtimes"].items()))
+              for name, r in result["rows"].items() if r.get("runtimes")]
+    if routed:
+        md += ["", "Generations by target runtime (a pair routes each generation; target forwards are counted on "
+               "the program's): " + "; ".join(routed) + "."]
     md += ["", "After the stream, interleaved per prompt, against the cold pair (tokens/s ratio; target forwards "
            "per token's change) and the target alone:", ""]
     md += table(["row", *kinds, "all", "all vs the target alone"],

@@ -34,7 +34,7 @@ def test_usage_runs_a_logged_stream_with_the_daemon_and_measures_held_out_prompt
     assert got["stream_prompts"] == 10 and len(got["stream_log"]) == 10
     kinds = ["code", "chat", "tests", "extract", "reply"]
     assert [s["kind"] for s in got["stream_log"]] == kinds * 2  # the kinds take turns
-    assert [s["daemon"] for s in got["stream_log"]] == [True] * 5 + [False] * 5  # running, then stopped
+    assert [s["daemon"] for s in got["stream_log"]] == [True] * 5 + [False] * 5  # running, then stopped (ABBA)
     busy = got["busy_stream"]
     assert busy["tokens"]["running"] > 0 and busy["tokens"]["stopped"] > 0 and busy["ratio"] > 0
     assert got["rounds"], "the daemon ran no round on the stream's records"
@@ -126,3 +126,20 @@ def test_the_daemon_is_never_frozen_inside_its_probe_of_the_generating_lock(tmp_
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_daemon_runs_in_abba_blocks_and_starts_as_under_a_busy_stream(tmp_path, monkeypatch):
+    from omnidraft.bench.usage import Busy
+    from omnidraft.generating import idle
+    from omnidraft.train import daemon
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(daemon, "start", lambda *a, **k: calls.append(("start", idle(quiet_s=0))) or 4242)
+    monkeypatch.setattr(daemon, "started", lambda pid: True)
+    monkeypatch.setattr(daemon, "stop", lambda: calls.append(("stop", None)))
+    busy = Busy(UsageOptions(busy_block=2), lambda s: None)
+    running = [busy.block(n) for n in range(1, 13)]
+    assert running == [True] * 2 + [False] * 4 + [True] * 4 + [False] * 2  # ABBA: on, off, off, on, on, off
+    assert calls == [("start", False), ("stop", None), ("start", False), ("stop", None)]  # a generation held
+    assert busy.block(0) and calls[-1] == ("start", False)  # after the stream: running until drained

@@ -102,7 +102,7 @@ def test_a_folder_that_cannot_hold_states_is_one_line_and_a_failed_write_keeps_r
     with pytest.raises(OmniDraftError, match="cannot keep conversation states in"):
         SavedStates(10**7, tmp_path / "file", 10**7)
 
-    def full(folder, saved):
+    def full(folder, saved, states):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(saved_states, "_write", full)
@@ -112,3 +112,46 @@ def test_a_folder_that_cannot_hold_states_is_one_line_and_a_failed_write_keeps_r
     assert [r.getMessage() for r in caplog.records] == [
         f"saved state not written to {tmp_path / 'states'}: No space left on device"]
     assert store.best(key, W).where == "ram"
+
+
+def test_a_background_writer_writes_every_state_within_the_bounds_and_close_waits_for_it(tmp_path, monkeypatch):
+    import threading
+
+    import omnidraft.device.saved_states as saved_states
+
+    one = sum(s.nbytes for s in _bundle([1] * 50).values())
+    gate, real = threading.Event(), saved_states._write
+    monkeypatch.setattr(saved_states, "_write", lambda *a: (gate.wait(10), real(*a))[1])  # a slow disk
+    store = SavedStates(ram_bytes=one, folder=tmp_path, disk_bytes=int(2.5 * one), background=True)
+    keys = [[i] * 50 for i in range(1, 5)]
+    store.put(keys[0], _bundle(keys[0]))  # returns at once: the file waits for the disk
+    assert not list(tmp_path.glob(f"*{SUFFIX}")) and store.best(keys[0], W).where == "ram"
+    gate.set()
+    for key in keys[1:]:
+        store.put(key, _bundle(key))
+    store.put(keys[-1], _bundle(keys[-1]))  # put again: one file for it
+    store.close()
+    assert len(list(tmp_path.glob(f"*{SUFFIX}"))) == 2 and store.disk_used <= 2.5 * one
+    assert store.ram_used <= one
+    again = SavedStates(ram_bytes=one, folder=tmp_path, disk_bytes=int(2.5 * one))  # a new process
+    assert _same(again.best(keys[-1], W).states, _bundle(keys[-1])) and again.best(keys[2], W).where == "disk"
+    assert again.best(keys[0], W) is None
+
+
+def test_a_state_out_of_ram_before_its_file_is_written_is_found_on_disk(tmp_path, monkeypatch):
+    import threading
+
+    import omnidraft.device.saved_states as saved_states
+
+    one = sum(s.nbytes for s in _bundle([1] * 50).values())
+    gate, real = threading.Event(), saved_states._write
+    monkeypatch.setattr(saved_states, "_write", lambda *a: (gate.wait(10), real(*a))[1])
+    store = SavedStates(ram_bytes=one, folder=tmp_path, disk_bytes=10 * one, background=True)
+    a, b = [1] * 50, [2] * 50
+    store.put(a, _bundle(a))
+    store.put(b, _bundle(b))  # a leaves RAM while its file still waits
+    gate.set()
+    store.flush()
+    found = store.best(a, W)
+    assert found.where == "disk" and _same(found.states, _bundle(a))
+    store.close()
