@@ -377,8 +377,10 @@ def test_round_publishes_and_the_guard_rejects_a_worse_candidate(self_pair):
 
     s = self_pair
     cfg = RoundConfig(min_records=8, max_records=8, replay=0, train=TrainConfig(lr=1e-4))  # a gentle round
-    r1 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, cfg)
+    checks = []  # the daemon's guest check: before every record trained on, and every record judged
+    r1 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, cfg, wait_if_paused=lambda: checks.append(1))
     assert r1["status"] == "published" and r1["acceptance_after"] >= r1["acceptance_before"] > 0.9
+    assert len(checks) >= len(r1["record_ids"]) + 2 * r1["held_out"] and r1["held_out"] > 0
     assert len(r1["record_ids"]) == 8 and all(i % cfg.holdout_every for i in r1["record_ids"])
     bad = RoundConfig(min_records=8, max_records=8, replay=0, train=TrainConfig(method="full", lr=0.5))
     r2 = run_round(s.spec, s.log, s.store, load_model(s.spec.drafter).model, bad)

@@ -76,7 +76,8 @@ class UsageOptions:
     def __post_init__(self):
         for name in ("code", "chat", "recurring", "held"):
             if getattr(self, name) < 0:
-                raise OmniDraftError(f"{name} must be >= 0, got {getattr(self, name)}")
+                label = "recurring (--stream)" if name == "recurring" else name
+                raise OmniDraftError(f"{label} must be >= 0, got {getattr(self, name)}")
         if self.code + self.chat + self.recurring == 0 or self.held == 0:
             raise OmniDraftError("usage needs stream prompts and held-out prompts",
                                  "--code/--chat/--stream and --held >= 1")
@@ -239,6 +240,8 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
     from omnidraft.bench.baselines import AssistedRow, LlamaCppRow
     from omnidraft.bench.rows import SessionRow, target_alone
     from omnidraft.jobs.pairing import format_report, pair
+    from omnidraft.memory.summary import summarize
+    from omnidraft.models.budget import status as process_status
     from omnidraft.pairs.settings import Runtime
     from omnidraft.train import daemon
     from omnidraft.train.tuning import history
@@ -306,6 +309,9 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
                    for name, figures in rows.items()}
     got["last_version"] = session.version
     got["rounds"] = history(session.spec)
+    got["memory"] = {**(summarize(session.memories.folder) or {}), "index_bytes": session.memories.rss_bytes} \
+        if session.memories is not None else None
+    got["peak_rss_bytes"] = process_status(os.getpid()).get("VmHWM")  # this process: every row's models at once
     cold, alone_after = after["cold pair"], after[alone.name]
     got["summary"] = {
         name: {kind: {"vs_cold_pair": round(after[name][kind]["tokens_per_s"] / cold[kind]["tokens_per_s"], 3),

@@ -61,6 +61,14 @@ def markdown(result: dict) -> list[str]:
     md += table(["row", *kinds, "all", "all vs the target alone"],
                 [[name, *(_ratio(v[k]) for k in [*kinds, "all"]), f"{v['all']['vs_target_alone']}x"]
                  for name, v in result["summary"].items()])
+    m = result.get("memory")
+    if m and m.get("spaces"):
+        sp = m["spaces"][0]
+        md += ["", f"The pair's memory after the stream: {sp['entries']} answers, {sp['tokens']} tokens, "
+               f"{m['file_bytes'] / 2**20:.1f} MiB on disk (bound {m['max_bytes'] / 2**20:.0f} MiB), its index "
+               f"{m['index_bytes'] / 2**20:.1f} MiB in RAM."]
+    if result.get("peak_rss_bytes"):
+        md += ["", f"This process's peak RSS (every row's models loaded at once): {result['peak_rss_bytes'] / 2**30:.2f} GB."]
     b = result["busy_stream"]
     md += ["", f"The busy stream: {b['daemon_running']} tokens/s with the daemon running beside it, "
            f"{b['daemon_stopped']} with it stopped ({b['ratio']}x; {b['tokens']['running']} and "

@@ -86,13 +86,17 @@ class RoundConfig:
 
 
 @torch.no_grad()
-def match_hits(model, records: list[Record], max_tokens: int = 256) -> torch.Tensor:
+def match_hits(model, records: list[Record], max_tokens: int = 256,
+               between: Callable[[], None] | None = None) -> torch.Tensor:
     """Teacher-forced greedy acceptance, position by position: [P] bool over the records'
     response positions that map to the target (direct or inside an n-gram), whether the
-    drafter's argmax is the target's token. Needs no target model: the records hold its output."""
+    drafter's argmax is the target's token. Needs no target model: the records hold its output.
+    ``between``: called before each record (the daemon's guest check: it may wait, or raise)."""
     base, dev = base_model(model), model_device(model)
     hits = []
     for rec in records:
+        if between:
+            between()
         r = _truncate(rec, max_tokens)
         ids = r.draft_ids.long().unsqueeze(0)
         logits = base(input_ids=ids.to(dev)).logits[0, :-1]  # [L-1, V] predicts positions 1..L-1
@@ -174,7 +178,7 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
               wait_if_paused: Callable[[], None] | None = None,
               publishing: Callable[[], ContextManager] = nullcontext) -> dict:
     """One round. Returns {"status": "waiting" | "published" | "rejected", ...}. ``wait_if_paused``:
-    called before each record (it may wait, or raise to abandon the round: nothing is written
+    called before each record trained on or judged (it may wait, or raise to abandon the round: nothing is written
     then, and its records stay for the next); ``publishing()``: held around what the round writes."""
     say = progress or (lambda _m: None)
     start = cursor(spec, store)
@@ -199,7 +203,7 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
     model, head, version = load_trainable(spec, store, base_model, cfg.train)
     head = head or AcceptanceHead(model.config.hidden_size, cfg.head.width)
     t0 = time.perf_counter()
-    before = match_hits(model, held) if held else None
+    before = match_hits(model, held, between=wait_if_paused) if held else None  # yields as training does
     model.train()
     trainer = AdaptiveTrainer(OnlineTrainer(model, cfg.train, between=wait_if_paused), HeadTrainer(head, model, cfg.head), "interleaved")
     for n, (rid, _prompt, data) in enumerate(schedule):
@@ -208,7 +212,7 @@ def run_round(spec: PairSpec, log, store, base_model, cfg: RoundConfig = RoundCo
         trainer.add(Record.from_bytes(data))
         say(f"{spec.name}: trained on {n + 1}/{len(schedule)} records")
     model.eval()
-    verdict = judge(before, match_hits(model, held), cfg.guard_alpha) if held else None
+    verdict = judge(before, match_hits(model, held, between=wait_if_paused), cfg.guard_alpha) if held else None
     info = {"records_from": train_rows[0][0], "records_through": through,
             "record_ids": [r[0] for r in train_rows], "replayed_ids": sorted(r[0] for r in replayed),
             "epochs": cfg.epochs, "base_version": version,

@@ -40,6 +40,7 @@ def test_usage_runs_a_logged_stream_with_the_daemon_and_measures_held_out_prompt
     assert got["rounds"], "the daemon ran no round on the stream's records"
     assert got["drained"]  # it trained on every record before the last measurement
     assert got["kinds"] == kinds
+    assert got["memory"]["spaces"][0]["entries"] == 10 and got["memory"]["file_bytes"] > 0  # every answer kept
     names = list(got["rows"])
     assert names[:2] == ["starting pair", "target alone (before)"]
     assert names[-5:] == ["cold pair", "memory only", "last version", "last version + memory", "target alone (after)"]
@@ -80,7 +81,7 @@ def test_bad_usage_options_are_one_line_errors(capsys, tmp_path):
         UsageOptions(rows=("serve",))
     with pytest.raises(OmniDraftError, match="held-out"):
         UsageOptions(held=0)
-    with pytest.raises(OmniDraftError, match="recurring must be >= 0"):
+    with pytest.raises(OmniDraftError, match=r"recurring \(--stream\) must be >= 0"):
         UsageOptions(recurring=-1)
     with pytest.raises(OmniDraftError, match="busy_block must be >= 1"):
         UsageOptions(busy_block=0)
