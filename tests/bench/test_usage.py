@@ -40,7 +40,7 @@ def test_usage_runs_a_logged_stream_with_the_daemon_and_measures_held_out_prompt
     assert got["rounds"], "the daemon ran no round on the stream's records"
     assert got["drained"]  # it trained on every record before the last measurement
     assert got["kinds"] == kinds
-    assert got["memory"]["spaces"][0]["entries"] == 10 and got["memory"]["file_bytes"] > 0  # every answer kept
+    assert got["memory"]["spaces"][0]["entries"] >= 10 and got["memory"]["file_bytes"] > 0  # every answer kept (pairing's too)
     names = list(got["rows"])
     assert names[:2] == ["starting pair", "target alone (before)"]
     assert names[-5:] == ["cold pair", "memory only", "last version", "last version + memory", "target alone (after)"]
