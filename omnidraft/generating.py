@@ -50,31 +50,26 @@ def generating() -> Iterator[None]:
         os.close(fd)  # and the lock with it
 
 
-def free() -> bool:
-    """True when a generation could start now without waiting (no exclusive hold: a daemon's probe)."""
+def _probe(kind: int, quiet_s: float) -> bool:
+    """Whether the lock can be taken as ``kind`` at once and was last stamped ``quiet_s`` ago or more."""
     fd = _open()
     if fd is None:
         return True
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-    finally:
-        os.close(fd)
-
-
-def idle(quiet_s: float = QUIET_S) -> bool:
-    """True when no generation runs anywhere and the last one ended at least ``quiet_s`` ago."""
-    fd = _open()
-    if fd is None:
-        return True
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         return time.time() - os.fstat(fd).st_mtime >= quiet_s
     finally:
         os.close(fd)
+
+
+def free() -> bool:
+    """True when a generation could start now without waiting (no exclusive hold: a daemon's probe)."""
+    return _probe(fcntl.LOCK_SH, 0.0)
+
+
+def idle(quiet_s: float = QUIET_S) -> bool:
+    """True when no generation runs anywhere and the last one ended at least ``quiet_s`` ago."""
+    return _probe(fcntl.LOCK_EX, quiet_s)
