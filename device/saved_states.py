@@ -7,10 +7,12 @@ back, after others or after a restart, without reading its history again.
 were computed by ``weights`` (name -> KVState.weights): a conversation that extends a saved one
 finds it, and one that shares only its start (a system prompt, a pasted file) finds that part; the
 caller restores each state and keeps the positions its own ids share. A file is one bundle, written
-atomically (fsio.py) as safetensors with the ids, the weights and a sha256 of the tensors in its
+atomically (fsio.py) as safetensors with the ids, the weights and a CRC-32 of the tensors in its
 header: a file that is truncated, corrupt, unreadable or for other weights is skipped with one
 log line, never used (a corrupt one is removed), and a state the folder cannot take (a full disk)
-stays in RAM with one log line. The folder is read lazily (headers only) on the first lookup.
+stays in RAM with one log line. A file this object wrote and finds as it left it (size and
+modification time) is read without its checksum (a 1.5B conversation's 72 MB: 3 ms instead of
+21); one found in the folder (after a restart) is checked. The folder is read lazily (headers only) on the first lookup.
 With ``background``, files are written by a thread of their own, so a generation's turn ends when
 its state is in RAM (a state waiting for its file is held in RAM until written, at most WAITING of
 them; a ``kill -9`` meanwhile loses only those files, never a file half written: atomic writes).
@@ -28,10 +30,12 @@ Knows KVState and files; nothing about programs, tokenizers or conversations' ot
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import queue
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +68,8 @@ class _Saved:
     states: dict[str, KVState] | None = None  # None: on disk only
     path: Path | None = None
     space: str = LOCAL
+    written: tuple[int, int] | None = None  # the file's (size, mtime_ns) as this object wrote it
+    age: int = 0  # files out in this order (the folder's by mtime, then this object's as written)
 
     @property
     def slot(self) -> tuple[str, tuple[int, ...]]:
@@ -94,6 +100,7 @@ class SavedStates:
         self.restored = {"ram": 0, "disk": 0}  # bundles found in each
         self._waiting: queue.Queue | None = queue.Queue(WAITING) if background and self.folder is not None else None
         self._writer: threading.Thread | None = None
+        self._ages = itertools.count()  # files written here: a clock finer than the file system's mtime
 
     # ------------------------------------------------------------------ bounds
     @property
@@ -119,6 +126,7 @@ class SavedStates:
             if to_disk and self._waiting is None:
                 self._make_room_on_disk(saved.nbytes)
                 saved.path = _written(self.folder, saved, saved.states)
+                saved.written, saved.age = _stat(saved.path), next(self._ages)
             if saved.nbytes > self.ram_bytes:
                 saved.states = None
             if saved.states is not None or saved.path is not None:
@@ -159,7 +167,7 @@ class SavedStates:
                         if path is not None:
                             path.unlink(missing_ok=True)
                         continue
-                    saved.path = path
+                    saved.path, saved.written, saved.age = path, _stat(path), next(self._ages)
                     if now is None and path is not None:  # out of RAM meanwhile: on disk, least recently used
                         self._saved[saved.slot] = saved
                         self._saved.move_to_end(saved.slot, last=False)
@@ -183,7 +191,7 @@ class SavedStates:
                     return None
                 where = "ram" if saved.states is not None else "disk"
                 if saved.states is None:
-                    saved.states = _read(saved.path)
+                    saved.states = _read(saved.path, checked=saved.written != _stat(saved.path))
                     if saved.states is None:  # unusable: never offered again
                         self._saved.pop(saved.slot)
                         continue
@@ -206,7 +214,7 @@ class SavedStates:
 
     def _make_room_on_disk(self, nbytes: int, keep: _Saved | None = None) -> None:
         """Files out, the oldest first (never ``keep``'s), until ``nbytes`` more fit the folder's bound."""
-        on_disk = sorted((s for s in self._saved.values() if s.path is not None), key=lambda s: _mtime(s.path))
+        on_disk = sorted((s for s in self._saved.values() if s.path is not None), key=lambda s: s.age)
         used = sum(_size(s.path) for s in on_disk)
         for saved in (s for s in on_disk if s is not keep):
             if used + nbytes <= self.disk_bytes:
@@ -223,11 +231,12 @@ class SavedStates:
             return
         self._scanned = True
         paths = sorted(self.folder.glob(f"*{SUFFIX}"), key=_mtime)
-        for path in paths:
+        for age, path in enumerate(paths, start=-len(paths)):
             head = _header(path)
             if head is None:
                 continue
-            saved = _Saved(tuple(head["key"]), head["weights"], head["nbytes"], None, path, head.get("space", LOCAL))
+            saved = _Saved(tuple(head["key"]), head["weights"], head["nbytes"], None, path, head.get("space", LOCAL),
+                           age=age)
             if saved.slot not in self._saved:
                 self._saved[saved.slot] = saved
 
@@ -237,12 +246,12 @@ def _tensors(states: dict[str, KVState]) -> dict[str, torch.Tensor]:
             for kind, ts in (("k", s.keys), ("v", s.values)) for i, t in enumerate(ts)}
 
 
-def _digest(tensors: dict[str, torch.Tensor]) -> str:
-    h = hashlib.sha256()
+def _digest(tensors: dict[str, torch.Tensor]) -> int:
+    """A CRC-32 of the tensors' names and bytes (zlib: ~4 GB/s here, twice sha256's speed)."""
+    crc = 0
     for name in sorted(tensors):
-        h.update(name.encode())
-        h.update(tensors[name].view(torch.uint8).reshape(-1).numpy())
-    return h.hexdigest()
+        crc = zlib.crc32(tensors[name].view(torch.uint8).reshape(-1).numpy(), zlib.crc32(name.encode(), crc))
+    return crc
 
 
 def _written(folder: Path, saved: _Saved, states: dict[str, KVState]) -> Path | None:
@@ -261,7 +270,7 @@ def _write(folder: Path, saved: _Saved, states: dict[str, KVState]) -> Path:
     tensors = _tensors(states)
     name = hashlib.sha256(json.dumps([saved.space, list(saved.key), saved.weights]).encode()).hexdigest()[:24]
     head = {"key": list(saved.key), "space": saved.space, "weights": saved.weights, "nbytes": saved.nbytes,
-            "ids": {n: list(s.ids) for n, s in states.items()}, "sha256": _digest(tensors)}
+            "ids": {n: list(s.ids) for n, s in states.items()}, "crc32": _digest(tensors)}
     path = folder / f"{name}{SUFFIX}"
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={"omnidraft": json.dumps(head)})
@@ -274,14 +283,18 @@ def _header(path: Path) -> dict | None:
     try:
         with safe_open(str(path), "pt") as f:
             head = json.loads((f.metadata() or {})["omnidraft"])
-        return head if {"key", "weights", "nbytes", "ids", "sha256"} <= head.keys() else None
+        if {"key", "weights", "nbytes", "ids", "crc32"} <= head.keys():
+            return head
+        log.warning("saved state %s skipped: written by an earlier version", path.name)
+        return None
     except Exception as err:  # noqa: BLE001 - any unreadable file is skipped, never a crash
         log.warning("saved state %s skipped: unreadable (%s)", path.name, str(err).splitlines()[0][:120])
         return None
 
 
-def _read(path: Path) -> dict[str, KVState] | None:
-    """The bundle in ``path``, or None (one log line, the file removed) where it does not check out."""
+def _read(path: Path, checked: bool = True) -> dict[str, KVState] | None:
+    """The bundle in ``path``, or None (one log line, the file removed) where it does not check out
+    (its checksum compared only if ``checked``)."""
     from safetensors.torch import load_file
 
     head = _header(path)
@@ -289,7 +302,7 @@ def _read(path: Path) -> dict[str, KVState] | None:
         if head is None:
             raise ValueError("no header")
         tensors = load_file(str(path))
-        if _digest(tensors) != head["sha256"]:
+        if checked and _digest(tensors) != head["crc32"]:
             raise ValueError("its tensors do not match their checksum")
         return {n: KVState(w, tuple(head["ids"][n]), _stored(tensors, n, "k"), _stored(tensors, n, "v"))
                 for n, w in head["weights"].items()}
@@ -311,6 +324,15 @@ def _size(path: Path | None) -> int:
         return path.stat().st_size if path is not None else 0
     except OSError:
         return 0
+
+
+def _stat(path: Path | None) -> tuple[int, int] | None:
+    """A file's (size, mtime_ns): what says it is as it was written."""
+    try:
+        st = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_size, st.st_mtime_ns)
 
 
 def _mtime(path: Path) -> float:

@@ -85,6 +85,25 @@ def test_a_damaged_file_is_skipped_with_one_line(tmp_path, caplog, damage):
     assert len(lines) == 1 and "skipped" in lines[0] and "\n" not in lines[0]
 
 
+def test_its_own_file_as_written_is_read_unchecked_and_a_changed_one_checked(tmp_path, caplog, monkeypatch):
+    import omnidraft.device.saved_states as saved_states
+
+    checks, real = [], saved_states._digest
+    monkeypatch.setattr(saved_states, "_digest", lambda t: (checks.append(1), real(t))[1])
+    one, two = [5, 6, 7, 8], [9, 10, 11, 12]
+    store = SavedStates(ram_bytes=0, folder=tmp_path, disk_bytes=10**7)  # every state on disk only
+    store.put(one, _bundle(one))
+    store.put(two, _bundle(two))
+    written = len(checks)
+    assert _same(store.best(one, W).states, _bundle(one)) and len(checks) == written  # as it wrote it: no checksum
+    path = store._saved["local", tuple(two)].path
+    data = path.read_bytes()
+    path.write_bytes(data[:-8] + bytes(b ^ 0xFF for b in data[-8:]))  # changed since (its mtime too)
+    with caplog.at_level(logging.WARNING, logger="omnidraft.states"):
+        assert store.best(two, W) is None
+    assert any("checksum" in r.getMessage() for r in caplog.records)
+
+
 def test_a_bundle_larger_than_ram_is_kept_on_disk_only(tmp_path):
     key = [1] * 40
     store = SavedStates(ram_bytes=10, folder=tmp_path, disk_bytes=10**7)
