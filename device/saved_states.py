@@ -111,6 +111,17 @@ class SavedStates:
     def disk_used(self) -> int:
         return sum(_size(s.path) for s in self._saved.values() if s.path is not None)
 
+    def models(self) -> set[str]:
+        """The names of the models whose states are kept (the folder's included)."""
+        with self._lock:
+            self._scan()
+            return {n for s in self._saved.values() for n in s.weights}
+
+    def held(self) -> dict[str, int]:
+        """Bytes held in RAM and on disk, read under the lock (another thread may be saving)."""
+        with self._lock:
+            return {"ram": self.ram_used, "disk": self.disk_used}
+
     # ------------------------------------------------------------------ save
     def put(self, key: list[int], states: dict[str, KVState], space: str = LOCAL) -> None:
         """Keep ``states`` (one conversation's, every model's) under ``key`` (its target ids) in
@@ -178,14 +189,18 @@ class SavedStates:
         self._waiting.task_done()
 
     # ------------------------------------------------------------------ find
-    def best(self, ids: list[int], weights: dict[str, str], space: str = LOCAL) -> Found | None:
-        """The bundle saved in ``space`` and computed by ``weights`` sharing the longest prefix with
-        ``ids``; None where none shares any."""
+    def best(self, ids: list[int], weights: dict[str, str], space: str = LOCAL,
+             loadable: frozenset[str] = frozenset()) -> Found | None:
+        """The bundle saved in ``space`` sharing the longest prefix with ``ids`` that holds a state
+        computed by one of ``weights`` (model name -> its weights now), or of a model ``loadable``
+        names (not loaded yet: the caller checks its weights once loaded); None where none shares
+        any. Its states are those of such models (a bundle also holds models that ran elsewhere, a
+        drafter under an adapter since replaced: those read the conversation again)."""
         with self._lock:
             self._scan()
             while True:
                 found = [(common_prefix(list(s.key), ids), s) for s in self._saved.values()
-                         if s.space == space and s.weights == weights]
+                         if s.space == space and _usable(s.weights, weights, loadable)]
                 shared, saved = max(found, key=lambda f: f[0], default=(0, None))
                 if saved is None or shared == 0:
                     return None
@@ -197,7 +212,7 @@ class SavedStates:
                         continue
                 self.restored[where] += 1
                 self._saved.move_to_end(saved.slot)
-                found = Found(shared, saved.states, where)
+                found = Found(shared, {n: saved.states[n] for n in _usable(saved.weights, weights, loadable)}, where)
                 self._make_room_in_ram()
                 return found
 
@@ -239,6 +254,12 @@ class SavedStates:
                            age=age)
             if saved.slot not in self._saved:
                 self._saved[saved.slot] = saved
+
+
+def _usable(saved: dict[str, str], weights: dict[str, str], loadable: frozenset[str]) -> set[str]:
+    """The models of a bundle computed by ``saved`` that may restore it: computed by the same
+    weights as now, or not loaded yet."""
+    return {n for n, w in saved.items() if weights.get(n) == w or (n in loadable and n not in weights)}
 
 
 def _tensors(states: dict[str, KVState]) -> dict[str, torch.Tensor]:

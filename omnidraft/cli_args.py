@@ -9,7 +9,7 @@ import argparse
 from omnidraft.decode.draft_length import K_MAX
 from omnidraft.memory.config import DEFAULT_MIB
 from omnidraft.pairs.timing import WIDTHS
-from omnidraft.pairs.settings import TARGET_RUNTIMES
+from omnidraft.pairs.settings import DEFAULT_CACHE_RAM_MIB, DEFAULT_STATE_DISK_MIB, TARGET_RUNTIMES
 from omnidraft.propose.config import DRAFT_CONFIDENCE
 from omnidraft.remote.wire import ENGINES
 
@@ -123,15 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "one set of conversation caches (by default a client never receives proposals drawn from another "
                     "key's answers, nor a cache or saved state of another key's conversation)")
     _add_memory(sv)
-    sv.add_argument("--slots", type=int, default=2, help="conversations whose caches are kept between requests "
-                    "(least recently used evicted; each slot holds its own cache of both models)")
-    sv.add_argument("--cache-ram", type=int, default=0, help="MiB of conversations' saved cache states kept in RAM "
+    sv.add_argument("--slots", type=int, default=1, help="loaded caches of both models kept between requests, "
+                    "one per conversation: only for runtimes that cannot save a conversation's state (eager PyTorch, "
+                    "programs exported before their caches were named); with saved states one serves any number")
+    sv.add_argument("--cache-ram", type=int, default=None, help="MiB of conversations' saved cache states kept in RAM "
                     "(written through to --state-dir): a conversation that comes back, or a follow-up after a restart, "
-                    "restores its caches instead of reading its history again (default 0: none saved; a program "
-                    "exported by this version)")
+                    "restores its caches instead of reading its history again (default "
+                    f"{DEFAULT_CACHE_RAM_MIB}; 0: none saved)")
     sv.add_argument("--state-dir", default=None, help="where saved states are written (default: "
                     "$OMNIDRAFT_HOME/states, at most --state-disk MiB)")
-    sv.add_argument("--state-disk", type=int, default=4096, help="MiB of saved states on disk (0: RAM only)")
+    sv.add_argument("--state-disk", type=int, default=DEFAULT_STATE_DISK_MIB,
+                    help="MiB of saved states on disk (0: RAM only)")
     sv.add_argument("--queue", type=int, default=8, help="requests that may wait behind the one generating "
                     "(more get 429 with Retry-After)")
     sv.add_argument("--max-body", type=int, default=1 << 20, help="request body bound in bytes")

@@ -45,7 +45,7 @@ from omnidraft.pairs import routing
 from omnidraft.pairs.conversations import Conversations
 from omnidraft.pairs.router import Pick
 from omnidraft.pairs.runtime_choice import resolve
-from omnidraft.pairs.settings import Runtime, TargetRef
+from omnidraft.pairs.settings import DEFAULT_CACHE_RAM_MIB, Runtime, TargetRef
 from omnidraft.pairs.spec import DEFAULT_DRAFTER, log_path, pair_dir, pair_name
 from omnidraft.propose.config import DRAFT_CONFIDENCE, SpecConfig
 from omnidraft.propose.lookup import LookupConfig
@@ -60,12 +60,14 @@ Prompt = Union[str, Sequence[dict]]  # text, or a conversation of {"role", "cont
 Stops = Sequence[str]
 
 
-def _saved_states(runtime: Runtime) -> SavedStates | None:
-    """Where conversations' states are kept (``runtime.cache_ram_mib`` 0: nowhere)."""
-    if not runtime.cache_ram_mib:
+def _saved_states(runtime: Runtime, stateful: bool) -> SavedStates | None:
+    """Where conversations' states are kept: nowhere with ``runtime.cache_ram_mib`` 0, or by default
+    (None) where no model in use can save its state (``stateful``: some can)."""
+    ram = DEFAULT_CACHE_RAM_MIB if runtime.cache_ram_mib is None else runtime.cache_ram_mib
+    if not ram or (runtime.cache_ram_mib is None and not stateful):
         return None
     folder = Path(runtime.state_dir) if runtime.state_dir else home() / "states"
-    return SavedStates(runtime.cache_ram_mib << 20, folder if runtime.state_disk_mib else None,
+    return SavedStates(ram << 20, folder if runtime.state_disk_mib else None,
                        runtime.state_disk_mib << 20, background=True)  # a turn ends with its state in RAM
 
 
@@ -124,8 +126,10 @@ class Session:
         self.spec, self._pair, self.store, self.draft_tok = parts.spec, parts.drafter, parts.store, parts.draft_tok
         self.pair, self.target_tok, self.router = parts.pair, parts.target_tok, parts.router
         self.preamble = chat_preamble(self.target_tok)  # the ids every chat prompt starts with
-        self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note, runtime.budget,
-                                           _saved_states(runtime))
+        self.conversations = Conversations(slots, self.router.routes, self._pair, self.preamble, _note, runtime.budget)
+        self.conversations.states = _saved_states(runtime, self.conversations.stateful)
+        for name in self.conversations.load_saved_runtimes():
+            _note(f"{name.partition(':')[2]} loaded: saved conversations ran on it")
         if self.conversations.states is not None and not self.conversations.stateful:
             _note("saved conversation states need llama.cpp or ExecuTorch programs exported by this version (their caches "
                   "named: `omnidraft export`); none runs here, so conversations are read again")

@@ -125,7 +125,7 @@ class SessionRow:
         return prompt.answered(ask)
 
 
-def product(drafter: str, target: str, runtime: Runtime = Runtime(), *, adapter: str = "latest",
+def product(drafter: str, target: str, runtime: Runtime = Runtime(cache_ram_mib=0), *, adapter: str = "latest",
             lookup: bool = True) -> SessionRow:
     """The pair through Session, unlogged and without the pair's memory (a measurement leaves no
     training record, and held-out prompts neither recall earlier answers nor are remembered);

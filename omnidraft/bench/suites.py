@@ -183,7 +183,7 @@ def _build(opts: Options, log, wanted: tuple[str, ...]) -> dict:
 def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
     from omnidraft.bench import baselines, rows, servers, vllm_rows
 
-    runtime = Runtime(dtype=opts.dtype, threads=opts.threads)
+    runtime = Runtime(dtype=opts.dtype, threads=opts.threads, cache_ram_mib=0)  # no saved states: see bench/usage.py
     tok = None
     first = {"product": 0, "nocopies": 0, "remembered": 1, "remembered-reopened": 2}  # the pair's rows first
     for key in sorted(wanted, key=lambda k: first.get(k.partition("@")[0], 3)):
@@ -202,7 +202,7 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
             built[key] = rows.ReopenedRow(built["remembered"])
         elif name == "target":  # the same runtime as the pair's rows (in a phase without one, its first route's)
             built[key] = rows.target_alone(opts.target, Runtime(target=_pair_runtime(built), dtype=opts.dtype,
-                                                                threads=opts.threads))
+                                                                threads=opts.threads, cache_ram_mib=0))
         elif name in ("llamacpp", "llamacpp-lookup"):
             row = baselines.LlamaCppRow.make(opts.target, opts.threads, log, lookup=name == "llamacpp-lookup")
             built[key] = row or rows.Missing(ROWS[name], "llama-cpp-python is not installed (pip install -e "
@@ -239,7 +239,7 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                    servers.llamacpp_python_server(opts.target, tok, log, lookup=name == "llamacpp-server-lookup", **at)
                    if name.startswith("llamacpp-server") else
                    servers.llama_server(opts.target, tok, log, spec_type=_SPEC_TYPES[name.removesuffix("-used")],
-                                        **at))
+                                        slots=max(1, opts.clients), **at))  # a slot a client, as its users run it
             if row is not None and name.endswith("-used"):
                 servers.feed(row, opts.stream or STREAM, opts.max_new_tokens, log)
             built[key] = row or rows.Missing(ROWS[name], "not installed here (its server's package or binary; "

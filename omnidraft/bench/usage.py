@@ -246,7 +246,9 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
     from omnidraft.train import daemon
     from omnidraft.train.tuning import history
 
-    runtime = Runtime(dtype=opts.dtype, threads=opts.threads)  # the product's: both pairs route alike
+    # the product's (both pairs route alike), but no saved states: a row would restore another's (or an earlier
+    # run's) state of the same held-out prompt (bench/switching.py measures them)
+    runtime = Runtime(dtype=opts.dtype, threads=opts.threads, cache_ram_mib=0)
     session = Session(opts.drafter, opts.target, k=opts.k, runtime=runtime)
     cfg = daemon.load_config(opts.daemon_config)  # a bad config is an error before the stream, not in the daemon
     paired = pair(opts.target, opts.drafter, session=session, calibration_s=opts.calibration_s)  # the user's first step
@@ -259,7 +261,8 @@ def _measure(opts: UsageOptions, stream: list, held: list, log) -> dict:
         got["measurements"].append({"label": label, "prompts_seen": seen, "version": session.version, **numbers})
         log(f"{label}: {numbers['all']['tokens_per_s']} tokens/s after {seen} stream prompts")
 
-    alone = target_alone(opts.target, Runtime(target=session.target_runtime, dtype=opts.dtype, threads=opts.threads))
+    alone = target_alone(opts.target, Runtime(target=session.target_runtime, dtype=opts.dtype, threads=opts.threads,
+                                              cache_ram_mib=0))
     others = [r for r in (LlamaCppRow.make(opts.target, opts.threads, log) if "llamacpp" in opts.rows else None,
                           AssistedRow(opts.target, opts.drafter) if "assisted" in opts.rows else None) if r is not None]
     before = side_by_side(session, held, opts.max_new_tokens, [alone, *others])

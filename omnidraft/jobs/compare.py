@@ -34,6 +34,12 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say: 
     start no prompt the prompts so far (their mean time) predict to end after that many seconds;
     the first always runs. ``show``: sees each prompt, the pair's text as it streams and each
     prompt's row of figures (else ``say`` draws a progress bar)."""
+    # no saved conversation states: a prompt measured again (the demo's recurring work) would restore its first run's
+    with session.conversations.states_off():
+        return _measure(session, prompts, max_new_tokens, ar, say, budget_s, label, llamacpp, chat, show)
+
+
+def _measure(session, prompts, max_new_tokens, ar, say, budget_s, label, llamacpp, chat, show) -> dict:
     engine = session.engine if session.spec.remote else None  # an OpenAI-API target's engine
     t0 = time.perf_counter()
     pair, alone, llama = Tally(), Tally(), Tally()

@@ -99,8 +99,8 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
             forget_adapters(name)
         if store.latest(name) is None:
             first_adapter(store, name, drafter)
-    session = session or Session(drafter, target, runtime=Runtime(target=target_runtime), exact=exact,
-                                 route=False, memory=False)  # each runtime measured on its own, never recalled
+    session = session or Session(drafter, target, runtime=Runtime(target=target_runtime, cache_ram_mib=0), exact=exact,
+                                 route=False, memory=False)  # each runtime measured on its own, never recalled or restored
     name = session.spec.name
     if session.store.latest(name) is None:  # a given session's pair
         first_adapter(session.store, name, session.spec.drafter,
@@ -166,7 +166,7 @@ def _reopen(session, drafter: str, target: TargetRef, runtime: str):
     from omnidraft.session import Session
 
     session.close()
-    return Session(drafter, target, runtime=Runtime(target=runtime), memory=False)
+    return Session(drafter, target, runtime=Runtime(target=runtime, cache_ram_mib=0), memory=False)
 
 
 def _cost_model(session) -> dict:

@@ -54,7 +54,7 @@ def prometheus(runner, model: str) -> str:
     metric("num_requests_running", "gauge", "Requests generating now.", [(f"{{{m}}}", runner.running)])
     metric("num_requests_waiting", "gauge", "Requests waiting for their turn.", [(f"{{{m}}}", runner.waiting)])
     if session is not None:
-        metric("slots", "gauge", "Conversation slots (caches kept between requests).", [(f"{{{m}}}", session.slots)])
+        metric("slots", "gauge", "Conversation slots (loaded caches kept between requests).", [(f"{{{m}}}", session.slots)])
         metric("target_runtime_info", "gauge", "The runtime the latest generation's target ran on, and how exactly "
                "its output is the target alone's (bit-exact, or exact with respect to the logits its calls compute).",
                [(f'{{{m},runtime="{session.target_runtime}",exactness="{exactness(session.target)}"}}', 1)])
@@ -64,6 +64,10 @@ def prometheus(runner, model: str) -> str:
         if session.runtime.max_memory_mib is not None:
             metric("memory_budget_bytes", "gauge", "The most the server may hold resident (--max-memory).",
                    [(f"{{{m}}}", session.runtime.max_memory_mib << 20)])
+        states = session.conversations.states
+        if states is not None:
+            metric("saved_states_bytes", "gauge", "Conversations' saved cache states held, by where (--cache-ram, "
+                   "--state-disk bound them).", [(f'{{{m},where="{k}"}}', n) for k, n in states.held().items()])
         if session.memories is not None:
             metric("memory_index_bytes", "gauge", "RAM the memory's loaded indexes hold.",
                    [(f"{{{m}}}", session.memories.rss_bytes)])

@@ -52,14 +52,15 @@ def model_id(target: str) -> str:
 class ServeConfig:
     """Where the server listens and what it allows. A non-loopback ``host`` needs an API key;
     ``api_keys``: each key's generations have a memory of their own, unless ``shared_memory``.
-    ``slots``: conversations whose caches are kept between requests (least recently used evicted);
+    ``slots``: loaded caches kept between requests, one per conversation (least recently used
+    evicted): only for runtimes that cannot save a conversation's state (Session ``runtime``);
     ``queue``: requests that may wait behind the one generating (more: 429); ``max_body``: bytes;
     ``sampling``: what a request that names none gets (greedy: the target's own output)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     api_keys: tuple[str, ...] = ()
-    slots: int = 2
+    slots: int = 1
     queue: int = 8
     max_body: int = 1 << 20
     adapt: bool = True
@@ -90,6 +91,15 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _kept(session) -> str:
+    """How ``session`` keeps conversations between requests, in words."""
+    states = session.conversations.states
+    if states is None:
+        return f"{session.slots} conversation slot{'s' if session.slots > 1 else ''}"
+    disk = f", {states.disk_bytes >> 20} MiB in {states.folder}" if states.folder is not None else ""
+    return f"conversations' states saved: {states.ram_bytes >> 20} MiB in RAM{disk}"
+
+
 def serve(cfg: ServeConfig, model: str, make_session, prepare=None) -> int:
     """Serve until interrupted: ``make_session()`` builds the Session (in the background), its
     model listed as ``model``, after ``prepare(say)`` (a first start's pairing, jobs/first_start.py:
@@ -113,7 +123,7 @@ def serve(cfg: ServeConfig, model: str, make_session, prepare=None) -> int:
             return
         if cfg.adapt and runner.session.log is not None and not daemon.read_pid():
             started.append(daemon.start(parent=os.getpid()))
-        _note(f"serving {model} on http://{cfg.host}:{cfg.port}/v1 ({runner.session.slots} slots"
+        _note(f"serving {model} on http://{cfg.host}:{cfg.port}/v1 ({_kept(runner.session)}"
               f"{', the daemon adapting the drafter beside it' if cfg.adapt else ''}); chat at "
               f"http://{cfg.host}:{cfg.port}/")
 

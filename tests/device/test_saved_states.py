@@ -174,3 +174,14 @@ def test_a_state_out_of_ram_before_its_file_is_written_is_found_on_disk(tmp_path
     found = store.best(a, W)
     assert found.where == "disk" and _same(found.states, _bundle(a))
     store.close()
+
+
+def test_a_bundle_restores_the_models_whose_weights_are_unchanged_or_not_loaded_yet():
+    store = SavedStates(ram_bytes=10**7)
+    key = [1] * 20
+    store.put(key, _bundle(key, {"target": "t", "drafter": "adapter v2"}))
+    found = store.best(key, {"target": "t", "drafter": "adapter v3"})  # a new adapter since: its drafter reads again
+    assert set(found.states) == {"target"}
+    assert store.best(key, {"target": "other", "drafter": "adapter v3"}) is None
+    found = store.best(key, {"drafter": "adapter v3"}, loadable=frozenset({"target"}))  # the target not loaded yet
+    assert set(found.states) == {"target"}

@@ -95,3 +95,31 @@ def test_another_api_keys_conversation_is_neither_reused_nor_restored(program, t
     assert conv2.restored == ("", 0)
     conv2.slot_for(a + [11], "key-a")
     assert conv2.restored == ("disk", len(a)) and lm2.tokens == a
+
+
+def test_a_conversation_run_on_a_runtime_not_loaded_after_a_restart_loads_it_and_restores(program, tmp_path):
+    from omnidraft.device.runtime import ExecuTorchLM
+    from omnidraft.pairs.deferred import Deferred
+
+    def open_():
+        first = ExecuTorchLM(program)
+        second = Deferred(lambda: ExecuTorchLM(program), ExecuTorchLM, max_length=first.max_length, size=0)
+        routes = [Route("executorch", LocalTarget(first), FixedK(0)), Route("llamacpp", LocalTarget(second), FixedK(0))]
+        return first, second, Conversations(1, routes, None, PRE, states=SavedStates(10**8, tmp_path, 10**9))
+
+    first, second, conv = open_()
+    a = _ids(MIN_SAVED + 20, 4)
+    slot = conv.slot_for(a)
+    lm_ops.sync(second.load(), a)  # the generation ran on the second runtime
+    conv.ran(slot, a, [], 0)
+    found = conv.states.best(a, {"target:executorch": first.weights, "target:llamacpp": second.weights})
+    assert set(found.states) == {"target:llamacpp"}  # the first runtime held another conversation: not saved
+
+    first, second, conv = open_()  # a restart: the second runtime not loaded
+    assert not second.loaded
+    conv.slot_for(a + [11])
+    assert conv.restored == ("disk", len(a)) and second.loaded and second.tokens == a and first.tokens == PRE
+
+    first, second, conv = open_()  # a Session loads it as it opens: the conversation comes back without the load
+    assert conv.load_saved_runtimes() == ["target:llamacpp"] and second.loaded
+    assert conv.load_saved_runtimes() == []

@@ -37,7 +37,7 @@ def served(models, tmp_path_factory):
     drafter, target = models
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OMNIDRAFT_HOME", str(tmp_path_factory.mktemp("home")))
-        budget = replace(FP32, max_memory_mib=64 << 10)
+        budget = replace(FP32, max_memory_mib=64 << 10, cache_ram_mib=8)  # states asked for (eager cannot save them)
         with serving(lambda: Session(drafter, target, runtime=budget, slots=2)) as (url, runner):
             yield url, runner, LocalTarget(load_model(target, dtype="fp32"))
 
@@ -258,6 +258,7 @@ def test_metrics_count_what_was_served(served):
     assert 'omnidraft:target_runtime_info{model_name="tiny",runtime="eager",exactness="logits"} 1' in text
     assert f'omnidraft:memory_budget_bytes{{model_name="tiny"}} {64 << 30:g}' in text
     assert 'omnidraft:resident_bytes{model_name="tiny",part="total"}' in text
+    assert 'omnidraft:saved_states_bytes{model_name="tiny",where="ram"} 0' in text  # none: eager saves no state
     generated = next(float(line.split()[-1]) for line in text.splitlines()
                      if line.startswith("omnidraft:generation_tokens_total{"))
     assert generated == runner.counters.generation_tokens >= 8
