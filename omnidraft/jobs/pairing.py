@@ -100,7 +100,7 @@ def pair(target: str | TargetRef, drafter: str = DEFAULT_DRAFTER, *, reset: bool
         if store.latest(name) is None:
             first_adapter(store, name, drafter)
     session = session or Session(drafter, target, runtime=Runtime(target=target_runtime, cache_ram_mib=0), exact=exact,
-                                 route=False, memory=False)  # each runtime measured on its own, never recalled or restored
+                                 route=False, memory=False)  # each runtime measured on its own: no recall, no restore
     name = session.spec.name
     if session.store.latest(name) is None:  # a given session's pair
         first_adapter(session.store, name, session.spec.drafter,

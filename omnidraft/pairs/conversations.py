@@ -12,8 +12,8 @@ With ``states`` (device/saved_states.py), the cache states of the target that ra
 generation and of the drafter are saved when it ends (at least MIN_SAVED positions past the
 preamble), and a prompt whose slot holds less of it than a saved conversation shares restores
 those states (each where its model's weights are still the same; a runtime not loaded yet is
-loaded for it) instead of reading it again: one loaded program per model serves any number of conversations, and
-after a restart a follow-up restores from disk. A state carries its own ids, so a model ends up
+loaded for it) instead of reading it again: one loaded program per model serves any number of
+conversations, and after a restart a follow-up restores from disk. A state carries its own ids, so a model ends up
 holding exactly what its ids say (the next call reads the rest of the prompt, as after any cache).
 
 Conversations are kept apart by *space* (a server's API key; a Session's own: ``LOCAL``): a slot
@@ -139,7 +139,8 @@ class Conversations:
     def _programs(self) -> dict[str, object]:
         """The models now in use whose cache state can be saved (loaded programs), by name."""
         # a runtime not loaded yet is left so (pairs/deferred.py): asking it anything would load it
-        return {n: inner(m) for n, m in self._named().items() if not waiting(m) and getattr(inner(m), "stateful", False)}
+        return {n: inner(m) for n, m in self._named().items()
+                if not waiting(m) and getattr(inner(m), "stateful", False)}
 
     def load_saved_runtimes(self) -> list[str]:
         """Load now each target runtime not loaded yet whose conversations' states are kept (they

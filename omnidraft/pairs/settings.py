@@ -107,7 +107,8 @@ class Runtime:
         _check(self.memory_mib >= 1, "Runtime", "memory_mib", ">= 1", self.memory_mib)
         _check(self.max_memory_mib is None or self.max_memory_mib >= 1, "Runtime", "max_memory_mib", ">= 1",
                self.max_memory_mib)
-        _check(self.cache_ram_mib is None or self.cache_ram_mib >= 0, "Runtime", "cache_ram_mib", ">= 0 (0: no states saved)", self.cache_ram_mib)
+        _check(self.cache_ram_mib is None or self.cache_ram_mib >= 0, "Runtime", "cache_ram_mib",
+               ">= 0 (0: no states saved)", self.cache_ram_mib)
         _check(self.state_disk_mib >= 0, "Runtime", "state_disk_mib", ">= 0 (0: none on disk)", self.state_disk_mib)
 
     @property

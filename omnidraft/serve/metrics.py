@@ -54,7 +54,8 @@ def prometheus(runner, model: str) -> str:
     metric("num_requests_running", "gauge", "Requests generating now.", [(f"{{{m}}}", runner.running)])
     metric("num_requests_waiting", "gauge", "Requests waiting for their turn.", [(f"{{{m}}}", runner.waiting)])
     if session is not None:
-        metric("slots", "gauge", "Conversation slots (loaded caches kept between requests).", [(f"{{{m}}}", session.slots)])
+        metric("slots", "gauge", "Conversation slots (loaded caches kept between requests).",
+               [(f"{{{m}}}", session.slots)])
         metric("target_runtime_info", "gauge", "The runtime the latest generation's target ran on, and how exactly "
                "its output is the target alone's (bit-exact, or exact with respect to the logits its calls compute).",
                [(f'{{{m},runtime="{session.target_runtime}",exactness="{exactness(session.target)}"}}', 1)])

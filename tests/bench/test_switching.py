@@ -40,7 +40,8 @@ def test_the_table_has_each_kind_of_turn_and_the_ratio():
                                   "equal_to_read": 42, "answers": 42}}}
     md = "\n".join(markdown(result))
     assert "| read | 1.2 | 0.1 | 1.3 | 1.4 | 13.00x | 0 / 0 | 1.50 GB | 0 MiB | - | - |" in md
-    assert "| states | 1.2 | 0.1 | 0.12 | 0.2 | 1.20x | 4800 / 1200 | 1.90 GB | 200 MiB | executorch 40, llamacpp 2 | 42/42 (40/40 both on the program) |" in md
+    assert ("| states | 1.2 | 0.1 | 0.12 | 0.2 | 1.20x | 4800 / 1200 | 1.90 GB | 200 MiB | executorch 40, llamacpp 2 "
+            "| 42/42 (40/40 both on the program) |") in md
 
 
 def test_the_cli_names_an_option_the_suite_does_not_take(tmp_path, capsys):
