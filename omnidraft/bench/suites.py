@@ -61,7 +61,9 @@ ROWS = {  # key -> what the row runs (bench/rows.py, bench/baselines.py)
     "llamacpp-server": "llama-cpp-python's server on the target's GGUF",
     "llamacpp-server-lookup": "llama-cpp-python's server with its prompt-lookup draft",
     "llama-server": "llama.cpp's llama-server (LLAMA_SERVER or PATH)",
-    "llama-server-ngram": "llama-server --spec-type ngram-simple (its best measured here)",
+    "llama-server-ngram": "llama-server --spec-type ngram-simple (its best measured here; with --clients, a slot a "
+                          "client)",
+    "llama-server-ngram-1slot": "llama-server --spec-type ngram-simple with one slot, whatever the clients",
     "llama-server-ngram-mod": "llama-server --spec-type ngram-mod (its hash pool of n-grams kept across requests)",
     "llama-server-ngram-used": "llama-server --spec-type ngram-simple after answering the memory suite's stream "
                                "(--stream prompts of each kind) in the same process",
@@ -239,7 +241,7 @@ def _add(built: dict, opts: Options, log, wanted: tuple[str, ...]) -> None:
                    servers.llamacpp_python_server(opts.target, tok, log, lookup=name == "llamacpp-server-lookup", **at)
                    if name.startswith("llamacpp-server") else
                    servers.llama_server(opts.target, tok, log, spec_type=_SPEC_TYPES[name.removesuffix("-used")],
-                                        slots=max(1, opts.clients), **at))  # a slot a client, as its users run it
+                                        slots=1 if name.endswith("-1slot") else max(1, opts.clients), **at))
             if row is not None and name.endswith("-used"):
                 servers.feed(row, opts.stream or STREAM, opts.max_new_tokens, log)
             built[key] = row or rows.Missing(ROWS[name], "not installed here (its server's package or binary; "
@@ -253,7 +255,8 @@ def _pair_runtime(built: dict) -> str:
                  if k.partition("@")[0] in ("product", "nocopies", "remembered", "remembered-reopened")), "auto")
 
 
-_SPEC_TYPES = {"llama-server": None, "llama-server-ngram": "ngram-simple", "llama-server-ngram-mod": "ngram-mod"}
+_SPEC_TYPES = {"llama-server": None, "llama-server-ngram": "ngram-simple", "llama-server-ngram-mod": "ngram-mod",
+               "llama-server-ngram-1slot": "ngram-simple"}
 
 
 def _rows(default: tuple[str, ...], *, adapters: bool = False, clients: bool = False):
