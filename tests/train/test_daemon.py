@@ -165,7 +165,8 @@ def test_a_server_stopped_by_sigterm_stops_the_daemon_it_started(tmp_path, monke
     home = tmp_path / "home"
     monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
     script = ("import sys\nfrom types import SimpleNamespace\nfrom omnidraft.serve.server import ServeConfig, serve\n"
-              "session = SimpleNamespace(log=object(), slots=1, close=lambda: None)\n"
+              "session = SimpleNamespace(log=object(), slots=1, close=lambda: None,\n"
+              "                          conversations=SimpleNamespace(states=None))\n"
               "sys.exit(serve(ServeConfig(port=0), 'stub', lambda: session))")
     server = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ), stderr=subprocess.PIPE, text=True)
     pid = None
