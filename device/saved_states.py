@@ -12,7 +12,8 @@ header: a file that is truncated, corrupt, unreadable or for other weights is sk
 log line, never used (a corrupt one is removed), and a state the folder cannot take (a full disk)
 stays in RAM with one log line. A file this object wrote and finds as it left it (size and
 modification time) is read without its checksum (a 1.5B conversation's 72 MB: 3 ms instead of
-21); one found in the folder (after a restart) is checked. The folder is read lazily (headers only) on the first lookup.
+22); one found in the folder (after a restart) is checked. The folder is read lazily (headers
+only) on the first lookup.
 With ``background``, files are written by a thread of their own, so a generation's turn ends when
 its state is in RAM (a state waiting for its file is held in RAM until written, at most WAITING of
 them; a ``kill -9`` meanwhile loses only those files, never a file half written: atomic writes).

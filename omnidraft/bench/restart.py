@@ -4,11 +4,11 @@ from its saved state as fast as a follow-up in a server that never stopped, and 
 still the target's own?
 
 The conversation opens with pasted modules (bench/switching.py ``modules``, as many as make at
-least ``tokens`` target tokens) and a question; a follow-up comes at once (``warm``: the server's
-caches hold it), KILL_AFTER_S later the server is killed with SIGKILL and started again on the same state folder (a
-scratch one; the same API key, whose conversations they are), and a second follow-up comes
-(``after kill -9``). Each turn is one streamed chat
-completion through the ``openai`` SDK (greedy). The server runs as `omnidraft serve` does by
+least ``restart_tokens`` target tokens) and a question; a follow-up comes at once (``warm``: the
+server's caches hold it), KILL_AFTER_S later the server is killed with SIGKILL and started again
+on the same state folder (a scratch one; the same API key, whose conversations they are), and a
+second follow-up comes (``after kill -9``). Each turn is one streamed chat completion through
+the ``openai`` SDK (greedy). The server runs as `omnidraft serve` does by
 default (saved states on), but with no training, log or memory (bench/servers.py). The last
 answer is compared with the target alone's greedy answer to the same messages on the runtime the
 server reports (a Session in this process, no saved states: a fresh read).
