@@ -28,6 +28,7 @@ Knows Session and the clock; nothing about how states are kept.
 
 from __future__ import annotations
 
+import functools
 import gc
 import statistics
 from collections import Counter
@@ -84,6 +85,7 @@ def _ram(row: str, default: int) -> int | None:
     return int(mib) if name == "states" and mib.isdigit() and int(mib) > 0 else None
 
 
+@functools.cache
 def _sources() -> list[Path]:
     root = Path(__file__).resolve().parents[1]
     others = sorted(p for p in root.rglob("*.py") if p.relative_to(root).as_posix() not in SOURCES

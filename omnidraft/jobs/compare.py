@@ -34,49 +34,45 @@ def measure(session, prompts: list[str], *, max_new_tokens: int, ar: bool, say: 
     start no prompt the prompts so far (their mean time) predict to end after that many seconds;
     the first always runs. ``show``: sees each prompt, the pair's text as it streams and each
     prompt's row of figures (else ``say`` draws a progress bar)."""
-    # no saved conversation states: a prompt measured again (the demo's recurring work) would restore its first run's
-    with session.conversations.states_off():
-        return _measure(session, prompts, max_new_tokens, ar, say, budget_s, label, llamacpp, chat, show)
-
-
-def _measure(session, prompts, max_new_tokens, ar, say, budget_s, label, llamacpp, chat, show) -> dict:
     engine = session.engine if session.spec.remote else None  # an OpenAI-API target's engine
     t0 = time.perf_counter()
     pair, alone, llama = Tally(), Tally(), Tally()
-    for n, p in enumerate(prompts):
-        if budget_s is not None and n and (time.perf_counter() - t0) * (n + 1) / n > budget_s:
-            break
-        session.new_conversation()  # unrelated prompts: none copies from another's answer
-        ids = encode_prompt(session.target_tok, p, chat=chat)
-        if show:
-            show(f"\n>>> {' '.join(p.split())[:70]}\n")
-        again = same_start(session.target_model, session.drafter) if ar else None
-        order = rotated(["pair", "alone"], n) if ar else ["pair"]  # the target alone first on every other prompt
-        for j, side in enumerate(order):
-            if j:
-                again()
-            if side == "pair":
-                m = drained(session.stream(p, max_new_tokens=max_new_tokens, chat=chat), show).metrics
+    # no saved conversation states: a prompt measured again (the demo's recurring work) would restore its first run's
+    with session.conversations.states_off():
+        for n, p in enumerate(prompts):
+            if budget_s is not None and n and (time.perf_counter() - t0) * (n + 1) / n > budget_s:
+                break
+            session.new_conversation()  # unrelated prompts: none copies from another's answer
+            ids = encode_prompt(session.target_tok, p, chat=chat)
+            if show:
+                show(f"\n>>> {' '.join(p.split())[:70]}\n")
+            again = same_start(session.target_model, session.drafter) if ar else None
+            order = rotated(["pair", "alone"], n) if ar else ["pair"]  # the target alone first on every other prompt
+            for j, side in enumerate(order):
+                if j:
+                    again()
+                if side == "pair":
+                    m = drained(session.stream(p, max_new_tokens=max_new_tokens, chat=chat), show).metrics
+                else:
+                    a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens,
+                                    chat=chat).metrics
+            pair.add_metrics(m)
+            row = (f"pair {m['tokens_per_s']:.1f} tokens/s, {m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
+                   "tokens per target forward")
+            if ar:
+                alone.add_metrics(a)
+                row += f" | target alone {a['tokens_per_s']:.1f} tokens/s"
+            elif engine is not None:
+                got = engine.generate_alone(ids, max_new_tokens)
+                alone.add(got.tokens, got.seconds)
+            if llamacpp is not None:
+                n_llama, s_llama = llamacpp(ids, max_new_tokens)
+                llama.add(n_llama, s_llama)
+                row += f" | llama.cpp alone {n_llama / max(s_llama, 1e-9):.1f} tokens/s"
+            if show:
+                show(f"\n[{row}]\n")
             else:
-                a = generate_ar(session.target, session.target_tok, p, max_new_tokens=max_new_tokens,
-                                chat=chat).metrics
-        pair.add_metrics(m)
-        row = (f"pair {m['tokens_per_s']:.1f} tokens/s, {m['new_tokens'] / max(m['target_forwards'], 1):.2f} "
-               "tokens per target forward")
-        if ar:
-            alone.add_metrics(a)
-            row += f" | target alone {a['tokens_per_s']:.1f} tokens/s"
-        elif engine is not None:
-            got = engine.generate_alone(ids, max_new_tokens)
-            alone.add(got.tokens, got.seconds)
-        if llamacpp is not None:
-            n_llama, s_llama = llamacpp(ids, max_new_tokens)
-            llama.add(n_llama, s_llama)
-            row += f" | llama.cpp alone {n_llama / max(s_llama, 1e-9):.1f} tokens/s"
-        if show:
-            show(f"\n[{row}]\n")
-        else:
-            say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
+                say(f"\r{label} {_bar(n + 1, len(prompts), t0)}", end="")
     if not show:
         say("")
     return _rates(pair, alone, llama)
